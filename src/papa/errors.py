@@ -1,0 +1,36 @@
+"""One exception type for bad input, and the wrapper that turns it into a clean CLI exit.
+
+Scripts raise `PapaError` with a message that names the problem and, where obvious, the fix.
+`run_cli` prints it on one line and exits 2 without a traceback; set `PAPA_DEBUG=1` (or pass
+`--debug`) to see the traceback instead.
+"""
+
+import os
+import sys
+
+
+class PapaError(Exception):
+    """Bad input or a failed precondition, explained for a user (not a bug in papa)."""
+
+
+def debug_enabled(argv=None) -> bool:
+    argv = sys.argv if argv is None else argv
+    return os.environ.get("PAPA_DEBUG", "") not in ("", "0", "false", "False") or "--debug" in argv
+
+
+def run_cli(main, argv=None):
+    """Run `main()`; turn `PapaError` (and Ctrl-C) into one line on stderr and a non-zero exit."""
+    argv = sys.argv if argv is None else argv
+    if "--debug" in argv:
+        argv.remove("--debug")
+        os.environ["PAPA_DEBUG"] = "1"
+    try:
+        return main()
+    except PapaError as err:
+        if debug_enabled():
+            raise
+        print(f"error: {err}", file=sys.stderr)
+        sys.exit(2)
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        sys.exit(130)

@@ -1,0 +1,280 @@
+"""Patched attention against stock transformers and against an independent numpy computation."""
+
+import copy
+
+import numpy as np
+import pytest
+import torch
+from torch.testing import assert_close
+from transformers import (
+    BertConfig,
+    BertForSequenceClassification,
+    BertForTokenClassification,
+    BertModel,
+    RobertaConfig,
+    RobertaForSequenceClassification,
+)
+
+import papa
+from papa.attention import constant_attention_output, normalized_constant
+from papa.errors import PapaError
+
+L, H, HIDDEN, T = 3, 4, 32, 12
+
+
+def tiny_config(kind="bert", impl="sdpa"):
+    cls = BertConfig if kind == "bert" else RobertaConfig
+    config = cls(
+        vocab_size=120, hidden_size=HIDDEN, num_hidden_layers=L, num_attention_heads=H, intermediate_size=48,
+        max_position_embeddings=64, num_labels=3, hidden_dropout_prob=0.1, attention_probs_dropout_prob=0.1,
+        pad_token_id=1 if kind == "roberta" else 0,
+    )
+    config._attn_implementation = impl
+    return config
+
+
+def tiny_model(kind="bert", impl="sdpa", cls=None, seed=0):
+    torch.manual_seed(seed)
+    cls = cls or (BertForSequenceClassification if kind == "bert" else RobertaForSequenceClassification)
+    return cls(tiny_config(kind, impl)).eval()
+
+
+def random_constants(seed=1):
+    g = torch.Generator().manual_seed(seed)
+    return torch.rand(L, H, T, T, generator=g)
+
+
+def batch(seed=2, lengths=(T, 7, 3)):
+    g = torch.Generator().manual_seed(seed)
+    ids = torch.randint(5, 120, (len(lengths), T), generator=g)
+    mask = torch.zeros(len(lengths), T, dtype=torch.long)
+    for b, n in enumerate(lengths):
+        mask[b, :n] = 1
+    return ids, mask
+
+
+def numpy_norm(x, valid):
+    """norm(X·P) with P = m mᵀ, by a plain per-row loop."""
+    x = np.asarray(x, dtype=np.float64) * np.outer(valid, valid)
+    out = np.zeros_like(x)
+    for i in range(x.shape[0]):
+        s = np.abs(x[i]).sum()
+        out[i] = x[i] / max(s, 1e-12)
+    return out
+
+
+def numpy_softmax_rows(scores, valid):
+    out = np.zeros_like(scores, dtype=np.float64)
+    for i in range(scores.shape[0]):
+        row = np.where(valid > 0, scores[i], -np.inf)
+        e = np.exp(row - row.max())
+        out[i] = e / e.sum()
+    return out
+
+
+@pytest.mark.parametrize("kind", ["bert", "roberta"])
+@pytest.mark.parametrize("impl", ["eager", "sdpa"])
+def test_zero_constant_heads_equals_stock(kind, impl):
+    stock = tiny_model(kind, impl)
+    patched = papa.patch_model(copy.deepcopy(stock), random_constants(), static_heads=None)
+    ids, mask = batch()
+    with torch.no_grad():
+        assert_close(patched(ids, attention_mask=mask).logits, stock(ids, attention_mask=mask).logits)
+        out = patched(ids, attention_mask=mask, output_attentions=True)
+    ref = tiny_model(kind, "eager")(ids, attention_mask=mask, output_attentions=True)
+    for a, b in zip(out.attentions, ref.attentions):
+        assert_close(a, b)
+
+
+@pytest.mark.parametrize("impl", ["eager", "sdpa"])
+@pytest.mark.parametrize("mix", [False, True])
+def test_layer_against_independent_numpy(impl, mix):
+    """One layer's context and attentions, recomputed head by head from the unpruned weights."""
+    model = tiny_model("bert", impl, cls=BertModel)
+    constants = random_constants()
+    attn = model.encoder.layer[1].attention.self
+    wq, bq = attn.query.weight.detach().numpy().copy(), attn.query.bias.detach().numpy().copy()
+    wk, bk = attn.key.weight.detach().numpy().copy(), attn.key.bias.detach().numpy().copy()
+    wv, bv = attn.value.weight.detach().numpy().copy(), attn.value.bias.detach().numpy().copy()
+    static = {1: [0, 2]}
+    papa.patch_model(model, constants, static_heads=None if mix else static, mix_all_heads=mix)
+    if mix:
+        with torch.no_grad():
+            attn.lambdas.copy_(torch.tensor([0.5, -1.0, 2.0, 0.0]))
+    ids, mask = batch()
+    captured = {}
+
+    def grab(module, args, kwargs, output):
+        captured["x"], captured["mask"], captured["out"] = args[0], kwargs["attention_mask"], output
+
+    attn.register_forward_hook(grab, with_kwargs=True)
+    with torch.no_grad():
+        model(ids, attention_mask=mask, output_attentions=True)
+    x = captured["x"].numpy().astype(np.float64)
+    context, probs = captured["out"]
+    d = HIDDEN // H
+    lam = np.array([0.5, -1.0, 2.0, 0.0])
+    for b in range(x.shape[0]):
+        valid = mask[b].numpy().astype(np.float64)
+        q, k, v = x[b] @ wq.T + bq, x[b] @ wk.T + bk, x[b] @ wv.T + bv
+        for h in range(H):
+            sl = slice(h * d, (h + 1) * d)
+            soft = numpy_softmax_rows(q[:, sl] @ k[:, sl].T / np.sqrt(d), valid)
+            const = numpy_norm(constants[1, h].numpy(), valid)
+            if mix:
+                w = 1 / (1 + np.exp(-lam[h]))
+                expected = w * soft + (1 - w) * const
+            elif h in static[1]:
+                expected = const
+            else:
+                expected = numpy_norm(soft, valid)  # dynamic heads of a layer with constants: padded rows zeroed
+            np.testing.assert_allclose(probs[b, h].numpy(), expected, rtol=1e-5, atol=1e-6)
+            np.testing.assert_allclose(context[b, :, sl].numpy(), expected @ v[:, sl], rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("kind", ["bert", "roberta"])
+@pytest.mark.parametrize("impl", ["eager", "sdpa"])
+@pytest.mark.parametrize("heads", ["some", "all", "mix"])
+def test_fast_path_equals_attentions_path(kind, impl, heads):
+    model = tiny_model(kind, impl)
+    if heads == "mix":
+        papa.patch_model(model, random_constants(), mix_all_heads=True)
+        with torch.no_grad():
+            for i, layer in enumerate(model.base_model.encoder.layer):
+                layer.attention.self.lambdas.copy_(torch.linspace(-2, 2, H) * (i + 1))
+    else:
+        static = [[l, h] for l in range(L) for h in range(H)] if heads == "all" else [[0, 1], [2, 0], [2, 3], [1, 2]]
+        papa.patch_model(model, random_constants(), static_heads=static)
+    ids, mask = batch()
+    with torch.no_grad():
+        fast = model(ids, attention_mask=mask).logits
+        slow = model(ids, attention_mask=mask, output_attentions=True)
+    assert slow.attentions is not None and len(slow.attentions) == L
+    assert_close(fast, slow.logits, rtol=1e-5, atol=1e-5)
+
+
+def test_mix_limits():
+    ids, mask = batch()
+    stock = tiny_model()
+    mixed = papa.patch_model(copy.deepcopy(stock), random_constants(), mix_all_heads=True)
+    everything = [[l, h] for l in range(L) for h in range(H)]
+    constant = papa.patch_model(copy.deepcopy(stock), random_constants(), static_heads=everything)
+    with torch.no_grad():
+        for big, reference in [(50.0, stock), (-50.0, constant)]:
+            for layer in mixed.bert.encoder.layer:
+                layer.attention.self.lambdas.fill_(big)
+            assert_close(mixed(ids, attention_mask=mask).logits, reference(ids, attention_mask=mask).logits)
+
+
+def test_padding_content_does_not_matter():
+    """Valid positions ignore whatever sits at padded positions (constant, mixed and dynamic heads)."""
+    for kwargs in [dict(static_heads=[[0, 0], [1, 1], [1, 2]]), dict(mix_all_heads=True)]:
+        model = papa.patch_model(tiny_model(cls=BertForTokenClassification), random_constants(), **kwargs)
+        ids, mask = batch()
+        other = ids.clone()
+        other[mask == 0] = 7
+        with torch.no_grad():
+            a = model(ids, attention_mask=mask).logits
+            b = model(other, attention_mask=mask).logits
+        assert_close(a[mask == 1], b[mask == 1])
+
+
+def test_padded_equals_unpadded_without_constants():
+    model = papa.patch_model(tiny_model(cls=BertForTokenClassification), random_constants())
+    ids, mask = batch()
+    with torch.no_grad():
+        padded = model(ids, attention_mask=mask).logits
+        for b in range(ids.shape[0]):
+            n = int(mask[b].sum())
+            alone = model(ids[b : b + 1, :n]).logits[0]
+            assert_close(padded[b, :n], alone, rtol=1e-5, atol=1e-5)
+
+
+def test_attentions_even_if_hooks_were_installed_before_patching():
+    model = tiny_model("bert", "sdpa")
+    ids, mask = batch()
+    with torch.no_grad():
+        model(ids, attention_mask=mask, output_attentions=True)  # installs HF's recording hooks
+        papa.patch_model(model, random_constants(), static_heads=[[0, 0]])
+        out = model(ids, attention_mask=mask, output_attentions=True)
+    assert len(out.attentions) == L and out.attentions[0].shape == (3, H, T, T)
+    assert_close(out.attentions[0][:, 0], normalized_constant(model.bert.encoder.layer[0].attention.self.constant_matrices, mask.float())[:, 0])
+
+
+def test_pruned_shapes_and_all_constant_layer_skips_qk():
+    model = papa.patch_model(tiny_model(), random_constants(), static_heads={0: [1, 3], 2: [0, 1, 2, 3]})
+    d = HIDDEN // H
+    layers = [layer.attention.self for layer in model.bert.encoder.layer]
+    assert layers[0].query.weight.shape == (2 * d, HIDDEN) and layers[0].key.bias.shape == (2 * d,)
+    assert layers[0].value.weight.shape == (HIDDEN, HIDDEN)
+    assert layers[1].query.weight.shape == (HIDDEN, HIDDEN)
+    assert layers[2].query.weight.shape == (0, HIDDEN) and layers[2].constant_matrices.shape == (H, T, T)
+    calls = []
+    layers[2].query.register_forward_hook(lambda *a: calls.append(1))
+    layers[2].key.register_forward_hook(lambda *a: calls.append(1))
+    ids, mask = batch()
+    with torch.no_grad():
+        model(ids, attention_mask=mask)
+        model(ids, attention_mask=mask, output_attentions=True)
+    assert calls == []
+
+
+def test_pruned_rows_are_the_dynamic_heads_rows():
+    stock = tiny_model()
+    weight = stock.bert.encoder.layer[0].attention.self.query.weight.detach().clone()
+    model = papa.patch_model(stock, random_constants(), static_heads=[[0, 1], [0, 2]])
+    d = HIDDEN // H
+    kept = torch.cat([weight[0:d], weight[3 * d : 4 * d]])
+    assert torch.equal(model.bert.encoder.layer[0].attention.self.query.weight, kept)
+
+
+def test_constant_output_helper_matches_materialised_probabilities():
+    g = torch.Generator().manual_seed(0)
+    constant = torch.randn(H, T, T, generator=g)  # negative entries too: L1 norm uses |x|
+    constant[0, 3] = 0  # an all-zero row stays zero
+    values = torch.randn(5, T, H, 8, generator=g)
+    valid = (torch.rand(5, T, generator=g) > 0.3).float()
+    valid[4] = 0  # a fully padded example gives zeros, not NaN
+    for m in [valid, None]:
+        probs = normalized_constant(constant, m)
+        expected = torch.matmul(probs, values.transpose(1, 2)).transpose(1, 2)
+        got = constant_attention_output(constant, values, m)
+        assert torch.isfinite(got).all()
+        assert_close(got, expected, rtol=1e-5, atol=1e-5)
+
+
+def test_gradients_reach_constants_and_lambdas():
+    model = papa.patch_model(tiny_model(), random_constants(), mix_all_heads=True).train()
+    ids, mask = batch()
+    model(ids, attention_mask=mask, labels=torch.tensor([0, 1, 2])).loss.backward()
+    attn = model.bert.encoder.layer[0].attention.self
+    assert attn.lambdas.grad is not None and attn.lambdas.grad.abs().sum() > 0
+    assert attn.constant_matrices.grad is not None
+
+
+def test_clear_errors(tmp_path):
+    with pytest.raises(PapaError, match="layers x"):
+        papa.patch_model(tiny_model(), torch.rand(L + 1, H, T, T))
+    with pytest.raises(PapaError, match="NaN"):
+        bad = random_constants()
+        bad[0, 0, 0, 0] = float("nan")
+        papa.patch_model(tiny_model(), bad)
+    with pytest.raises(PapaError, match="does not exist"):
+        papa.patch_model(tiny_model(), random_constants(), static_heads=[[L, 0]])
+    with pytest.raises(PapaError, match="twice"):
+        papa.patch_model(tiny_model(), random_constants(), static_heads=[[0, 0], [0, 0]])
+    with pytest.raises(PapaError, match="avgs.pt"):
+        papa.patch_model(tiny_model(), tmp_path)
+    torch.save({"not": "a tensor"}, tmp_path / "avgs.pt")
+    with pytest.raises(PapaError, match="not a"):
+        papa.patch_model(tiny_model(), tmp_path)
+    from transformers import GPT2Config, GPT2Model
+
+    with pytest.raises(PapaError, match="GPT2Model"):
+        papa.patch_model(GPT2Model(GPT2Config(n_layer=1, n_head=2, n_embd=8)), random_constants())
+    model = papa.patch_model(tiny_model(), random_constants(), static_heads=[[0, 0]])
+    with pytest.raises(PapaError, match="already"):
+        papa.patch_model(model, random_constants())
+    ids, mask = batch()
+    with pytest.raises(PapaError, match="12x12.*length is 7"):
+        model(ids[:, :7], attention_mask=mask[:, :7])
