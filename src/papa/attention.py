@@ -79,22 +79,25 @@ def normalized_constant(constant, valid):
 def constant_attention_output(constant, values, valid):
     """norm(C·P) · V without materialising (B, H, T, T).
 
-    constant: (H, T, T); values: (B, T, H, d); valid: (B, T) or None → (B, T, H, d).
-    Row i of norm(C·P)·V is m_i · Σ_j C_ij m_j V_j / max(Σ_j |C_ij| m_j, eps).
+    constant: (H, T, T); values: (B, T, H, d); valid: (B, T) or None → (B, T, H, d), contiguous.
+    Row i of norm(C·P)·V is m_i · Σ_j C_ij m_j V_j / max(Σ_j |C_ij| m_j, eps), so one
+    (H, T, T) @ (H, T, B·d) batched matmul serves the whole batch. The masking and the scaling
+    write straight into the layouts the matmul and the output projection want (out=), which
+    saves two copies of V per layer on CPU.
     """
     B, T, H, d = values.shape
-    if valid is not None:
-        values = values * valid[:, :, None, None]
-    # one (H, T, T) @ (H, T, B·d) batched matmul serves the whole batch
-    numerator = torch.bmm(constant, values.permute(2, 1, 0, 3).reshape(H, T, B * d)).view(H, T, B, d)
+    by_head = values.new_empty(H, T, B, d)  # V laid out for the batched matmul
     if valid is None:
-        denominator = constant.abs().sum(-1)[:, :, None]  # (H, T, 1)
+        by_head.copy_(values.permute(2, 1, 0, 3))
+        scale = 1 / constant.abs().sum(-1).clamp_min(NORM_EPS)[:, :, None]  # (H, T, 1)
     else:
-        denominator = torch.matmul(constant.abs(), valid.t())  # (H, T, B)
-    out = numerator / denominator.clamp_min(NORM_EPS).unsqueeze(-1)  # (H, T, B, d)
-    if valid is not None:
-        out = out * valid.t()[None, :, :, None]  # padded query rows are zero
-    return out.permute(2, 1, 0, 3)  # (B, T, H, d)
+        valid_t = valid.t()  # (T, B)
+        torch.mul(values.permute(2, 1, 0, 3), valid_t[None, :, :, None], out=by_head)
+        scale = valid_t / torch.matmul(constant.abs(), valid_t).clamp_min(NORM_EPS)  # (H, T, B); 0 on padded rows
+    numerator = torch.bmm(constant, by_head.view(H, T, B * d)).view(H, T, B, d)
+    out = values.new_empty(B, T, H, d)
+    torch.mul(numerator, scale.unsqueeze(-1), out=out.permute(2, 1, 0, 3))
+    return out
 
 
 # ----------------------------------------------------------------------------- the module
@@ -152,9 +155,9 @@ class PapaSelfAttentionMixin:
             return weight * dynamic + (1 - weight) * constant
         if not self.static_heads:
             return dynamic
-        constant = constant_attention_output(self.constant_matrices, values[:, :, self.static_heads], valid)
         if not self.dynamic_heads:
-            return constant
+            return constant_attention_output(self.constant_matrices, values, valid)
+        constant = constant_attention_output(self.constant_matrices, values[:, :, self.static_heads], valid)
         if valid is not None:  # the original re-normalises dynamic heads too: padded query rows become 0
             dynamic = dynamic * valid[:, :, None, None]
         context = values.new_empty(B, T, H, d)
