@@ -302,7 +302,7 @@ def patch_model(model, constant_matrices, static_heads=None, mix_all_heads=False
         (parameter `lambdas`, initialised to 0) — the original's "sort calculating" mode.
     """
     layers = self_attention_layers(model)
-    if getattr(model.config, "papa", None):
+    if any(isinstance(module, PapaSelfAttentionMixin) for module in layers):
         raise PapaError("this model is already PAPA-patched; load a fresh model to patch it again")
     config = model.config
     num_layers, num_heads = config.num_hidden_layers, config.num_attention_heads
@@ -335,6 +335,7 @@ def patch_model(model, constant_matrices, static_heads=None, mix_all_heads=False
             module.constant_matrices = None
         module.lambdas = nn.Parameter(torch.zeros(num_heads, device=reference.device)) if mix_all_heads else None
     config.papa = {
+        **(getattr(config, "papa", None) or {}),
         "static_heads": [[layer, head] for layer, heads in by_layer.items() for head in heads],
         "mix_all_heads": bool(mix_all_heads),
         "seq_len": int(matrices.shape[-1]),

