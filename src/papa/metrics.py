@@ -1,0 +1,85 @@
+"""GLUE and CoNLL metrics computed locally (no `evaluate`, no hub), with HF's key names and values.
+
+compute_glue_metrics matches HF's glue metric plus run_glue's "combined_score"; compute_token_metrics
+matches HF's seqeval metric as run_ner reports it. Values are plain Python numbers so they go
+straight into JSON.
+"""
+
+import warnings
+
+import numpy as np
+from scipy.stats import pearsonr, spearmanr
+from seqeval.metrics import accuracy_score, classification_report
+from sklearn.metrics import f1_score, matthews_corrcoef
+
+from papa.data import SEQUENCE_TASKS, canonical_task_name
+from papa.errors import PapaError
+
+IGNORE_INDEX = -100
+
+
+def compute_glue_metrics(task, predictions, references) -> dict[str, float]:
+    """HF glue metric for `task`: predictions are class ids (scores for stsb)."""
+    task = canonical_task_name(task, SEQUENCE_TASKS)
+    predictions, references = np.asarray(predictions), np.asarray(references)
+    if predictions.shape != references.shape or predictions.ndim != 1:
+        raise PapaError(f"{task} metrics need two flat arrays of equal length, got shapes "
+                        f"{predictions.shape} and {references.shape}")
+    if len(references) == 0:
+        raise PapaError(f"{task} metrics need at least one example")
+    if task == "cola":
+        result = {"matthews_correlation": float(matthews_corrcoef(references, predictions))}
+    elif task == "stsb":
+        result = {"pearson": float(pearsonr(predictions, references)[0]),
+                  "spearmanr": float(spearmanr(predictions, references)[0])}
+    elif task in ("mrpc", "qqp"):
+        result = {"accuracy": float((predictions == references).mean()),
+                  "f1": float(f1_score(references, predictions))}
+    else:  # sst2, qnli, rte, wnli, mnli, agreement
+        result = {"accuracy": float((predictions == references).mean())}
+    if len(result) > 1:  # as HF run_glue adds when a metric returns several values
+        result["combined_score"] = float(np.mean(list(result.values())))
+    return result
+
+
+def compute_token_metrics(predictions: list[list[str]], references: list[list[str]],
+                          entity_level: bool = False) -> dict[str, float]:
+    """Overall seqeval precision/recall/f1 (micro average over entities) and token accuracy.
+
+    With `entity_level`, also "<TYPE>_precision/_recall/_f1/_number" per entity type, as HF run_ner's
+    --return_entity_level_metrics flattens them ("_number" = count of gold entities, an int).
+    """
+    if len(predictions) != len(references) or any(len(p) != len(r) for p, r in zip(predictions, references)):
+        raise PapaError("token predictions and references must have the same sentences and lengths")
+    with warnings.catch_warnings():
+        # POS/chunk tags like "NN" are not IOB entity tags; seqeval warns once per tag, uselessly
+        warnings.filterwarnings("ignore", message=".*seems not to be NE tag")
+        report = classification_report(references, predictions, output_dict=True)
+        accuracy = accuracy_score(references, predictions)
+    overall = report.pop("micro avg")
+    report.pop("macro avg")
+    report.pop("weighted avg")
+    result = {"precision": float(overall["precision"]), "recall": float(overall["recall"]),
+              "f1": float(overall["f1-score"]), "accuracy": float(accuracy)}
+    if entity_level:
+        for entity_type, scores in report.items():
+            result[f"{entity_type}_precision"] = float(scores["precision"])
+            result[f"{entity_type}_recall"] = float(scores["recall"])
+            result[f"{entity_type}_f1"] = float(scores["f1-score"])
+            result[f"{entity_type}_number"] = int(scores["support"])
+    return result
+
+
+def token_predictions_to_tags(predictions, label_ids, label_list) -> tuple[list[list[str]], list[list[str]]]:
+    """(predicted tags, gold tags) per sentence from logits [N,T,C] or ids [N,T], dropping -100 positions."""
+    predictions, label_ids = np.asarray(predictions), np.asarray(label_ids)
+    if predictions.ndim == 3:
+        predictions = predictions.argmax(axis=-1)
+    if predictions.shape != label_ids.shape:
+        raise PapaError(f"predictions {predictions.shape} and labels {label_ids.shape} differ in shape")
+    predicted_tags, gold_tags = [], []
+    for predicted_row, gold_row in zip(predictions, label_ids):
+        keep = gold_row != IGNORE_INDEX
+        predicted_tags.append([label_list[int(p)] for p in predicted_row[keep]])
+        gold_tags.append([label_list[int(g)] for g in gold_row[keep]])
+    return predicted_tags, gold_tags

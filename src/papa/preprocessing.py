@@ -1,0 +1,145 @@
+"""Tokenising task examples, optionally into the PAPA layout.
+
+A constant attention matrix mixes positions, not tokens, so PAPA needs every example laid out the
+same way: the first sentence in the first half of the T positions, the second sentence from T//2 on,
+and the final separator always at T-1. Then a head replaced by a constant matrix attends, say, "to
+the last separator" for every example, as the averaged attention it replaces did.
+"""
+
+from papa.errors import PapaError
+
+IGNORE_INDEX = -100  # label of positions the loss and the metrics skip (HF convention)
+
+
+def papa_sequence_layout(input_ids: list[int], token_type_ids: list[int] | None, sep_token_id: int,
+                         pad_token_id: int, max_length: int) -> dict:
+    """Re-lay one tokenised example onto T = max_length positions, as the original PAPA code does.
+
+    With f the first and e the last separator: tokens 0..min(f, T//2)-1 keep their positions; tokens
+    f..e-1 (the separator(s) and the second sentence) move to T//2, T//2+1, ..., stopping before T-1;
+    token e goes to T-1. Everything else is padding (mask 0). A single sentence (f = e) keeps at most
+    T//2 tokens and its separator lands at T-1. Works for BERT ([CLS] a [SEP] b [SEP]) and RoBERTa
+    (<s> a </s></s> b </s>).
+
+    Unlike the original code, token_type_ids move with their tokens (it left them in place, so the
+    second sentence of a BERT pair was read with token type 0); input_ids and mask are identical.
+    """
+    T = max_length
+    if T < 1:
+        raise PapaError(f"max_length must be at least 1 for the PAPA layout, got {T}")
+    if sep_token_id not in input_ids:
+        raise PapaError(f"no separator token (id {sep_token_id}) in input_ids; the PAPA layout needs the "
+                        f"tokenizer to add special tokens")
+    if token_type_ids is not None and len(token_type_ids) != len(input_ids):
+        raise PapaError(f"token_type_ids has {len(token_type_ids)} entries but input_ids has {len(input_ids)}")
+    first_sep = input_ids.index(sep_token_id)
+    last_sep = len(input_ids) - 1 - input_ids[::-1].index(sep_token_id)
+
+    # (source position, target position) of every token that is kept
+    moves = [(j, j) for j in range(min(first_sep, T // 2))]
+    second_half = range(first_sep, last_sep)
+    moves += [(j, T // 2 + j - first_sep) for j in second_half if T // 2 + j - first_sep < T - 1]
+    moves.append((last_sep, T - 1))
+
+    new_ids, mask, types = [pad_token_id] * T, [0] * T, [0] * T
+    for source, target in moves:
+        new_ids[target] = input_ids[source]
+        mask[target] = 1
+        if token_type_ids is not None:
+            types[target] = token_type_ids[source]
+    out = {"input_ids": new_ids, "attention_mask": mask}
+    if token_type_ids is not None:
+        out["token_type_ids"] = types
+    return out
+
+
+def tokenize_sequence_examples(tokenizer, examples: dict, sentence1_key, sentence2_key, max_length,
+                               papa_layout: bool, pad_to_max_length: bool) -> dict:
+    """Tokenise a batch of sentence (pair) examples, for `datasets.map(batched=True)`.
+
+    The PAPA layout needs every row padded to max_length first. "label" is copied to "labels", the
+    name the model's forward takes.
+    """
+    texts = (examples[sentence1_key],) if sentence2_key is None else (examples[sentence1_key],
+                                                                      examples[sentence2_key])
+    padding = "max_length" if pad_to_max_length or papa_layout else False
+    result = dict(tokenizer(*texts, padding=padding, max_length=max_length, truncation=True))
+    if papa_layout:
+        types = result.get("token_type_ids")
+        rows = [papa_sequence_layout(ids, None if types is None else types[i], tokenizer.sep_token_id,
+                                     tokenizer.pad_token_id, max_length)
+                for i, ids in enumerate(result["input_ids"])]
+        for key in rows[0] if rows else ():
+            result[key] = [row[key] for row in rows]
+    if "label" in examples:
+        result["labels"] = list(examples["label"])
+    return result
+
+
+def papa_token_layout(input_ids, attention_mask, labels, sep_token_id, pad_token_id, max_length):
+    """PAPA layout for a token task row already padded to T: the separator goes to T-1.
+
+    The separator after the sentence becomes padding (mask 0, label -100) and position T-1 holds the
+    separator (mask 1, label -100), so the last position is the separator for every example, as in
+    the sequence layout. A sentence that fills all T positions already ends there: no change.
+    """
+    T = max_length
+    if len(input_ids) != T or len(attention_mask) != T or len(labels) != T:
+        raise PapaError(f"PAPA token layout needs rows padded to max_length={T}, got lengths "
+                        f"{len(input_ids)}/{len(attention_mask)}/{len(labels)} (tokenise with padding)")
+    if sep_token_id not in input_ids:
+        raise PapaError(f"no separator token (id {sep_token_id}) in input_ids; the PAPA layout needs the "
+                        f"tokenizer to add special tokens")
+    input_ids, attention_mask, labels = list(input_ids), list(attention_mask), list(labels)
+    sep = len(input_ids) - 1 - input_ids[::-1].index(sep_token_id)
+    if sep != T - 1:
+        input_ids[sep], attention_mask[sep], labels[sep] = pad_token_id, 0, IGNORE_INDEX
+        input_ids[T - 1], attention_mask[T - 1], labels[T - 1] = sep_token_id, 1, IGNORE_INDEX
+    return input_ids, attention_mask, labels
+
+
+def b_to_i_label_ids(label_list: list[str]) -> list[int]:
+    """For each label id, the id later sub-tokens of a word get: B-X -> I-X when I-X exists (HF run_ner)."""
+    ids = []
+    for idx, label in enumerate(label_list):
+        inside = "I-" + label[2:] if label.startswith("B-") else None
+        ids.append(label_list.index(inside) if inside in label_list else idx)
+    return ids
+
+
+def tokenize_token_examples(tokenizer, examples: dict, max_length, papa_layout: bool, pad_to_max_length: bool,
+                            label_all_tokens: bool, label_list: list[str]) -> dict:
+    """Tokenise pre-split words ("tokens") and align their tags ("tags", ids or strings) to sub-tokens.
+
+    A word's tag goes to its first sub-token; the other sub-tokens get -100, or with
+    `label_all_tokens` the word's tag with B-X turned into I-X. Special tokens and padding get -100.
+    RoBERTa tokenizers need add_prefix_space=True for pre-split words.
+    """
+    if not getattr(tokenizer, "is_fast", False):
+        raise PapaError("token tasks need a fast tokenizer (word_ids() aligns tags to sub-tokens)")
+    padding = "max_length" if pad_to_max_length or papa_layout else False
+    encoding = tokenizer(examples["tokens"], padding=padding, max_length=max_length, truncation=True,
+                         is_split_into_words=True)
+    result = dict(encoding)
+    label_to_id = {label: i for i, label in enumerate(label_list)}
+    continuation_id = b_to_i_label_ids(label_list)
+    all_labels = []
+    for i, tags in enumerate(examples["tags"]):
+        tag_ids = [label_to_id[t] if isinstance(t, str) else int(t) for t in tags]
+        row, previous_word = [], None
+        for word in encoding.word_ids(batch_index=i):
+            if word is None:
+                row.append(IGNORE_INDEX)
+            elif word != previous_word:
+                row.append(tag_ids[word])
+            else:
+                row.append(continuation_id[tag_ids[word]] if label_all_tokens else IGNORE_INDEX)
+            previous_word = word
+        all_labels.append(row)
+    result["labels"] = all_labels
+    if papa_layout:
+        for i in range(len(all_labels)):
+            result["input_ids"][i], result["attention_mask"][i], result["labels"][i] = papa_token_layout(
+                result["input_ids"][i], result["attention_mask"][i], result["labels"][i],
+                tokenizer.sep_token_id, tokenizer.pad_token_id, max_length)
+    return result
