@@ -13,6 +13,10 @@ import numpy as np
 import torch
 
 
+_UMASK = os.umask(0)
+os.umask(_UMASK)
+
+
 @contextmanager
 def atomic_path(path):
     """Yield a temp path beside `path`; on success rename it over `path`, on failure delete it."""
@@ -25,6 +29,7 @@ def atomic_path(path):
         yield tmp
         with open(tmp, "rb+") as f:
             os.fsync(f.fileno())
+        os.chmod(tmp, 0o666 & ~_UMASK)  # mkstemp makes 0600 files; give the usual permissions
         os.replace(tmp, path)
     finally:
         if os.path.exists(tmp):
@@ -36,10 +41,10 @@ def save_tensor(tensor, path):
         torch.save(tensor, tmp)
 
 
-def save_json(obj, path, indent=None):
+def save_json(obj, path, indent=None, sort_keys=False):
     with atomic_path(path) as tmp:
         with open(tmp, "w") as f:
-            json.dump(obj, f, indent=indent)
+            json.dump(obj, f, indent=indent, sort_keys=sort_keys)
             f.write("\n")
 
 

@@ -77,11 +77,11 @@ class _Probe(nn.Module):
         setattr(self, self.base_model_prefix, encoder)
 
     @property
-    def encoder(self):
+    def base_model(self):
         return getattr(self, self.base_model_prefix)
 
     def hidden_states(self, input_ids, attention_mask, token_type_ids):
-        outputs = self.encoder(
+        outputs = self.base_model(
             input_ids=input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids,
             output_hidden_states=True, return_dict=True,
         )
