@@ -235,7 +235,7 @@ def load_constant_matrices(source):
         tensor = source
     else:
         path = os.fspath(source)
-        if os.path.isdir(path):
+        if os.path.isdir(path) or not path.endswith(".pt"):  # a folder, existing or not
             path = os.path.join(path, "avgs.pt")
         if not os.path.isfile(path):
             raise PapaError(

@@ -1,0 +1,231 @@
+"""Bad input: one clear message, exit status 2, no traceback, nothing written; atomic artifacts."""
+
+import json
+import os
+import re
+import runpy
+import signal
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from papa.modeling import default_model_path
+
+REPO = Path(__file__).resolve().parents[1]
+SCRIPTS = REPO / "papa_scripts"
+L, H = 6, 12  # the bundled MiniLM
+
+
+def run_script(script, args, capsys, monkeypatch):
+    """Run a script in-process as `python script args`; returns (exit status, stderr)."""
+    monkeypatch.setattr(sys, "argv", [str(SCRIPTS / script)] + [str(a) for a in args])
+    monkeypatch.delenv("PAPA_DEBUG", raising=False)
+    with pytest.raises(SystemExit) as exit_info:
+        runpy.run_path(str(SCRIPTS / script), run_name="__main__")
+    return exit_info.value.code, capsys.readouterr().err
+
+
+@pytest.fixture
+def expect_error(capsys, monkeypatch, tmp_path):
+    """Assert a script fails with status 2, one `error:` line matching `pattern`, no traceback, no files."""
+
+    def check(script, args, pattern):
+        out = tmp_path / "out"
+        code, err = run_script(script, list(args) + ["--output_dir", out], capsys, monkeypatch)
+        lines = [line for line in err.splitlines() if line.startswith("error:")]
+        assert code == 2, err
+        assert "Traceback" not in err and len(lines) == 1, err
+        assert any(re.search(pattern, line) for line in lines), err
+        assert not out.exists() or not any(out.iterdir()), list(out.iterdir())
+        return lines[0]
+
+    return check
+
+
+@pytest.fixture
+def cola_dir(shared_data):
+    return shared_data / "glue" / "CoLA"
+
+
+def write_avgs(folder, tensor):
+    folder.mkdir(parents=True, exist_ok=True)
+    torch.save(tensor, folder / "avgs.pt")
+    return folder
+
+
+def probing_args(data_dir, *extra):
+    return ["--task_name", "cola", "--data_dir", data_dir, "--do_train", "--do_eval", "--max_seq_length", "16",
+            "--use_freeze_extract_pooler", "true", "--grad_for_classifier_only", "true", *extra]
+
+
+# ------------------------------------------------------------------ data
+
+
+def test_data_errors(expect_error, tmp_path, cola_dir):
+    avgs = ["run_papa_glue_avgs_creator.py", "--max_length", "16"]
+    expect_error(avgs[0], avgs[1:] + ["--task_name", "cola", "--data_dir", tmp_path / "nowhere"], r"nowhere")
+    expect_error(avgs[0], avgs[1:] + ["--task_name", "cola", "--train_file", tmp_path / "missing.tsv"], r"missing.tsv")
+    expect_error(avgs[0], avgs[1:] + ["--task_name", "colla", "--data_dir", cola_dir], r"colla.*cola.*sst2")
+    bad = tmp_path / "bad"
+    bad.mkdir()
+    (bad / "train.tsv").write_text("gj04\t1\t\tok sentence\ngj04\t1\tonly three fields\n")
+    expect_error(avgs[0], avgs[1:] + ["--task_name", "cola", "--data_dir", bad], r"train.tsv:2")
+    (bad / "train.tsv").write_text("gj04\t1\t\tok sentence\ngj04\t7\t\tbad label\n")
+    expect_error(avgs[0], avgs[1:] + ["--task_name", "cola", "--data_dir", bad], r"train.tsv:2.*7")
+    (bad / "train.tsv").write_text("")
+    expect_error(avgs[0], avgs[1:] + ["--task_name", "cola", "--data_dir", bad], r"[Ee]mpty|no data rows|no examples")
+    conll = tmp_path / "conll"
+    conll.mkdir()
+    (conll / "train.txt").write_text("EU NNP B-NP B-ORG\nrejects VBZ B-VP\n")
+    expect_error("run_papa_ner_avgs_creator.py", ["--task_name", "ner", "--data_dir", conll, "--max_length", "16"],
+                 r"train.txt:2")
+    (conll / "train.txt").write_text("EU NNP B-NP B-ORG\nrejects VBZ B-VP O\n")
+    (conll / "valid.txt").write_text("Peter NNP B-NP B-PER\n")
+    expect_error("run_papa_ner.py", ["--task_name", "ner", "--data_dir", conll, "--do_train", "--do_eval"], r"B-PER")
+
+
+def test_offline_without_files_names_the_flag(expect_error, monkeypatch):
+    monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")
+    expect_error("run_papa_glue_avgs_creator.py", ["--task_name", "sst2"], r"--data_dir")
+
+
+# ------------------------------------------------------------------ constant matrices
+
+
+def test_constant_matrix_errors(expect_error, tmp_path, cola_dir):
+    expect_error("run_papa_glue.py", probing_args(cola_dir, "--sort_calculating", "true", "--grad_for_classifier_only",
+                                                  "false", "--static_heads_dir", tmp_path / "empty"), r"avgs.pt")
+    wrong_heads = write_avgs(tmp_path / "heads", torch.rand(L, H + 1, 16, 16))
+    expect_error("run_papa_glue.py", probing_args(cola_dir, "--static_heads_dir", wrong_heads), r"6 x 12|another model")
+    wrong_t = write_avgs(tmp_path / "len", torch.rand(L, H, 32, 32))
+    expect_error("run_papa_glue.py", probing_args(cola_dir, "--static_heads_dir", wrong_t), r"length 32.*16")
+    nan = torch.rand(L, H, 16, 16)
+    nan[2, 3, 4, 5] = float("inf")
+    expect_error("run_papa_glue.py", probing_args(cola_dir, "--static_heads_dir", write_avgs(tmp_path / "nan", nan)),
+                 r"NaN or infinite")
+    not_tensor = write_avgs(tmp_path / "dict", {"avgs": [1, 2]})
+    expect_error("run_papa_glue.py", probing_args(cola_dir, "--static_heads_dir", not_tensor), r"not a")
+    garbage = tmp_path / "garbage"
+    garbage.mkdir()
+    (garbage / "avgs.pt").write_bytes(b"this is not a torch file")
+    expect_error("run_papa_glue.py", probing_args(cola_dir, "--static_heads_dir", garbage), r"not a readable tensor")
+
+
+# ------------------------------------------------------------------ head ranking
+
+
+def test_ranking_errors(expect_error, tmp_path, cola_dir):
+    avgs = write_avgs(tmp_path / "avgs", torch.rand(L, H, 16, 16))
+    sort = tmp_path / "sort"
+    sort.mkdir()
+    k = lambda n: ["--static_heads_dir", avgs, "--sorting_heads_dir", sort, "--static_heads_num", n]
+    expect_error("run_papa_glue.py", probing_args(cola_dir, "--static_heads_num", 3), r"--static_heads_dir and --sorting_heads_dir")
+    expect_error("run_papa_glue.py", probing_args(cola_dir, "--static_heads_num", 3, "--static_heads_dir", avgs),
+                 r"--sorting_heads_dir")
+    expect_error("run_papa_glue.py", probing_args(cola_dir, *k(3)), r"sorted_heads.json does not exist")
+    (sort / "sorted_heads.json").write_text("[[0, 1], [0, 2")
+    expect_error("run_papa_glue.py", probing_args(cola_dir, *k(3)), r"not valid JSON")
+    (sort / "sorted_heads.json").write_text("[[0, 1], [0, 1], [0, 2]]")
+    expect_error("run_papa_glue.py", probing_args(cola_dir, *k(3)), r"twice")
+    (sort / "sorted_heads.json").write_text("[[0, 1], [6, 0], [0, 2]]")
+    expect_error("run_papa_glue.py", probing_args(cola_dir, *k(3)), r"\[6, 0\].*lacks")
+    (sort / "sorted_heads.json").write_text("[[0, 1], [0, 2]]")
+    expect_error("run_papa_glue.py", probing_args(cola_dir, *k(3)), r"fewer")
+    expect_error("run_papa_glue.py", probing_args(cola_dir, *k(-1)), r"between 0 and 72")
+    expect_error("run_papa_glue.py", probing_args(cola_dir, *k(73)), r"between 0 and 72")
+
+
+# ------------------------------------------------------------------ modes and models
+
+
+def test_mode_and_model_errors(expect_error, tmp_path, cola_dir):
+    expect_error("run_papa_glue.py", probing_args(cola_dir, "--sort_calculating", "true"), r"one training mode")
+    expect_error("run_papa_glue.py", probing_args(cola_dir, "--max_seq_length", "600"), r"600.*512")
+    expect_error("run_papa_glue_avgs_creator.py", ["--task_name", "cola", "--data_dir", cola_dir, "--max_length", "513"],
+                 r"513.*512")
+    from transformers import GPT2Config
+
+    gpt2 = tmp_path / "gpt2"
+    GPT2Config(n_layer=1, n_head=2, n_embd=8).save_pretrained(gpt2)
+    expect_error("run_papa_glue.py", probing_args(cola_dir, "--model_name_or_path", gpt2), r"BERT and RoBERTa.*gpt2")
+
+
+def test_debug_shows_the_traceback(capsys, monkeypatch, tmp_path):
+    monkeypatch.setenv("PAPA_DEBUG", "1")
+    monkeypatch.setattr(sys, "argv", ["x", "--task_name", "nope", "--output_dir", str(tmp_path)])
+    with pytest.raises(Exception, match="nope"):
+        runpy.run_path(str(SCRIPTS / "run_papa_glue_avgs_creator.py"), run_name="__main__")
+
+
+# ------------------------------------------------------------------ atomic writes
+
+KILL_MID_WRITE = textwrap.dedent(
+    """
+    import os, signal, sys
+    import numpy as np, torch
+    from papa import io
+    kind, path = sys.argv[1], sys.argv[2]
+    real_open = open
+
+    class Dying:
+        # a file object that writes a few bytes, then the process is killed mid-write
+        def __init__(self, f): self.f = f
+        def write(self, data):
+            self.f.write(data[: max(1, len(data) // 2)]); self.f.flush()
+            os.kill(os.getpid(), signal.SIGKILL)
+        def __getattr__(self, name): return getattr(self.f, name)
+        def __enter__(self): return self
+        def __exit__(self, *a): return self.f.__exit__(*a)
+
+    def dying_open(file, mode="r", *args, **kwargs):
+        f = real_open(file, mode, *args, **kwargs)
+        return Dying(f) if "w" in mode and os.path.basename(str(file)).startswith(".") else f
+
+    import builtins
+    builtins.open = dying_open
+    if kind == "tensor":
+        torch.save = lambda obj, f: dying_open(f, "wb").write(b"x" * 1000)
+        io.save_tensor(torch.ones(100, 100), path)
+    elif kind == "json":
+        io.save_json([[0, 1]] * 1000, path)
+    else:
+        io.save_npy(np.ones((100, 100)), path)
+    """
+)
+
+
+@pytest.mark.parametrize("kind, name", [("tensor", "avgs.pt"), ("json", "sorted_heads.json"), ("npy", "lambdas.npy")])
+@pytest.mark.parametrize("previous", [True, False])
+def test_killed_mid_write_leaves_previous_file_or_none(tmp_path, kind, name, previous):
+    path = tmp_path / name
+    if previous:
+        path.write_bytes(b"previous complete file")
+    script = tmp_path / "die.py"
+    script.write_text(KILL_MID_WRITE)
+    result = subprocess.run([sys.executable, str(script), kind, str(path)], capture_output=True)
+    assert result.returncode == -signal.SIGKILL, result.stderr.decode()
+    if previous:
+        assert path.read_bytes() == b"previous complete file"
+    else:
+        assert not path.exists()
+
+
+def test_atomic_writes_leave_no_temp_files_and_usual_permissions(tmp_path):
+    from papa import io
+
+    io.save_json({"a": 1}, tmp_path / "x.json")
+    io.save_npy(np.zeros(3), tmp_path / "x.npy")
+    io.save_tensor(torch.zeros(3), tmp_path / "x.pt")
+    assert sorted(os.listdir(tmp_path)) == ["x.json", "x.npy", "x.pt"]
+    assert json.loads((tmp_path / "x.json").read_text()) == {"a": 1}
+    assert all(os.stat(tmp_path / f).st_mode & 0o044 for f in os.listdir(tmp_path))  # readable by others, as usual
+    with pytest.raises(RuntimeError):
+        with io.atomic_path(tmp_path / "y.pt") as tmp:
+            Path(tmp).write_text("half")
+            raise RuntimeError("crash")
+    assert sorted(os.listdir(tmp_path)) == ["x.json", "x.npy", "x.pt"]

@@ -1,0 +1,184 @@
+"""The four scripts end to end on slices of the real data, with the original README's commands."""
+
+import json
+import re
+import shlex
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from papa.arguments import averaging_parser, parse_training_args
+from papa.modeling import default_model_path, load_papa_model
+
+REPO = Path(__file__).resolve().parents[1]
+SCRIPTS = REPO / "papa_scripts"
+FAST = ["--max_train_samples", "128", "--max_eval_samples", "64", "--num_train_epochs", "1"]
+
+
+def original_commands():
+    """The three bash blocks of the README's "The original commands" section, as written."""
+    text = (REPO / "README.md").read_text()
+    section = text.split("## The original commands", 1)[1].split("\n## ", 1)[0]
+    return re.findall(r"```bash\n(.*?)```", section, flags=re.S)
+
+
+def fill(command, **placeholders):
+    """One README command with ${MODEL}, ${TASK}, <dirs> filled in, as argv for our scripts."""
+    for name, value in placeholders.items():
+        command = command.replace(name, str(value))
+    argv = shlex.split(command)
+    assert argv[0] == "python3"
+    return [sys.executable, str(SCRIPTS / argv[1])] + argv[2:]
+
+
+def run(argv, extra=()):
+    result = subprocess.run(list(argv) + list(extra), capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, f"{' '.join(argv)}\n{result.stdout[-3000:]}\n{result.stderr[-5000:]}"
+    return result
+
+
+@pytest.fixture(scope="module")
+def cola_run(tmp_path_factory, shared_data):
+    """avgs → sort (twice, for determinism) → k = 0 and all 72 heads, exactly as the README says."""
+    out = tmp_path_factory.mktemp("cola")
+    blocks = original_commands()
+    assert len(blocks) == 3
+    model = default_model_path()
+    fills = {
+        "${MODEL}": model, "${TASK}": "COLA", "<your_cache_dir>": out / "cache",
+        "<dir_to_save_constant_matrices>": out / "avgs", "<dir_saves_constant_matrices>": out / "avgs",
+        "<dir_saved_sorted_heads>": out / "sort",
+    }
+    data = ["--data_dir", str(shared_data / "glue" / "CoLA")]
+    avgs_cmd = [line for line in blocks[0].splitlines() if line.startswith("python3")][0]
+    run(fill(avgs_cmd, **fills), data + ["--max_train_samples", "128"])
+    sort_cmd = [line for line in blocks[1].splitlines() if line.startswith("python3")][0]
+    run(fill(sort_cmd, **fills, **{"<dir_to_save_sorted_heads>": out / "sort"}), data + FAST)
+    run(fill(sort_cmd, **fills, **{"<dir_to_save_sorted_heads>": out / "sort_again"}), data + FAST)
+    loop = blocks[2]
+    assert "for static_heads_num in 0 72 126 135 144" in loop  # BERT-base's 144 heads; MiniLM has 72
+    loop_cmd = [line for line in loop.splitlines() if line.startswith("python3")][0]
+    for k in (0, 72):
+        argv = fill(loop_cmd, **fills, **{"${static_heads_num}": k, "<dir_to_save_results>": out / f"k_{k}"})
+        run(argv, data + FAST)
+    return out
+
+
+def test_avgs_artifacts(cola_run):
+    avgs = torch.load(cola_run / "avgs" / "avgs.pt", weights_only=True)
+    sums = torch.load(cola_run / "avgs" / "attention_sums.pt", weights_only=True)
+    patterns = torch.load(cola_run / "avgs" / "attention_patterns_sums.pt", weights_only=True)
+    assert avgs.shape == sums.shape == (6, 12, 64, 64) and patterns.shape == (64, 64)
+    assert avgs.dtype == torch.float32 and torch.isfinite(avgs).all()
+    assert patterns[0, 0] == 128 and patterns[-1, -1] == 128  # [CLS] at 0 and [SEP] at T-1 in every example
+    assert torch.equal(patterns, patterns.T)
+    seen = patterns > 0
+    torch.testing.assert_close(avgs[:, :, seen], (sums[:, :, seen] / patterns[seen]))
+    assert (avgs[:, :, ~seen] == 0).all()  # middle positions no example reaches: 0, not NaN
+
+
+def test_sorting_artifacts_and_determinism(cola_run):
+    lambdas = np.load(cola_run / "sort" / "lambdas.npy")
+    heads = json.loads((cola_run / "sort" / "sorted_heads.json").read_text())
+    assert lambdas.shape == (6, 12) and lambdas.dtype == np.float32
+    assert sorted(map(tuple, heads)) == [(l, h) for l in range(6) for h in range(12)]  # a permutation
+    ordered = [lambdas[l, h] for l, h in heads]
+    assert ordered == sorted(ordered)  # ascending λ: most constant-friendly head first
+    assert not np.allclose(lambdas, 0)  # the lambdas did train
+    assert (cola_run / "sort_again" / "sorted_heads.json").read_text() == (cola_run / "sort" / "sorted_heads.json").read_text()
+    assert np.array_equal(np.load(cola_run / "sort_again" / "lambdas.npy"), lambdas)
+
+
+@pytest.mark.parametrize("k", [0, 72])
+def test_probing_results(cola_run, k):
+    folder = cola_run / f"k_{k}"
+    results = json.loads((folder / "eval_results.json").read_text())
+    assert "eval_matthews_correlation" in results and results["eval_samples"] == 64
+    assert json.loads((folder / "train_results.json").read_text())["train_samples"] == 128
+    assert "eval_matthews_correlation" in json.loads((folder / "all_results.json").read_text())
+    assert json.loads((folder / "trainer_state.json").read_text())["log_history"]
+    # --save_total_limit 0: the config and results only, no weights
+    assert not (folder / "model.safetensors").exists()
+    config = json.loads((folder / "config.json").read_text())
+    assert len(config["papa"]["static_heads"]) == k
+
+
+def test_mrpc_pairs_with_a_given_ranking(tmp_path, shared_data):
+    data = ["--data_dir", str(shared_data / "glue" / "MRPC")]
+    run([sys.executable, str(SCRIPTS / "run_papa_glue_avgs_creator.py"), "--task_name", "mrpc", "--max_length", "64",
+         "--output_dir", str(tmp_path / "avgs"), "--use_papa_preprocess", "--max_train_samples", "64"] + data)
+    ranking = [[l, h] for h in range(12) for l in range(6)]  # any permutation of the 72 heads
+    (tmp_path / "sort").mkdir()
+    (tmp_path / "sort" / "sorted_heads.json").write_text(json.dumps(ranking))
+    run([sys.executable, str(SCRIPTS / "run_papa_glue.py"), "--task_name", "MRPC", "--do_train", "--do_eval",
+         "--max_seq_length", "64", "--output_dir", str(tmp_path / "k_40"), "--use_papa_preprocess",
+         "--grad_for_classifier_only", "true", "--use_freeze_extract_pooler", "true", "--static_heads_dir",
+         str(tmp_path / "avgs"), "--sorting_heads_dir", str(tmp_path / "sort"), "--static_heads_num", "40",
+         "--eval_strategy", "no", "--save_strategy", "no", "--report_to", "none"] + data + FAST)
+    results = json.loads((tmp_path / "k_40" / "eval_results.json").read_text())
+    assert {"eval_accuracy", "eval_f1", "eval_combined_score"} <= set(results)
+    assert results["eval_combined_score"] == pytest.approx((results["eval_accuracy"] + results["eval_f1"]) / 2)
+    # saved with weights this time: reloads into the same kind of model, pruned shapes included
+    model = load_papa_model(str(tmp_path / "k_40"))
+    assert sum(len(h) for h in [model.config.papa["static_heads"]]) == 40
+    assert model.bert.encoder.layer[0].attention.self.query.out_features < 384
+
+
+def test_ner_pipeline(tmp_path, shared_data):
+    data = ["--data_dir", str(shared_data / "conll2003")]
+    common = ["--task_name", "ner", "--max_seq_length", "64", "--use_papa_preprocess",
+              "--use_freeze_extract_pooler", "true", "--static_heads_dir", str(tmp_path / "avgs"),
+              "--do_train", "--do_eval", "--learning_rate", "1e-3", "--disable_tqdm", "true",
+              "--evaluation_strategy", "epoch", "--save_strategy", "no", "--save_total_limit", "0"]
+    run([sys.executable, str(SCRIPTS / "run_papa_ner_avgs_creator.py"), "--task_name", "ner", "--max_length", "64",
+         "--output_dir", str(tmp_path / "avgs"), "--use_papa_preprocess", "true", "--pad_to_max_length",
+         "--max_train_samples", "96"] + data)
+    run([sys.executable, str(SCRIPTS / "run_papa_ner.py"), "--output_dir", str(tmp_path / "sort"),
+         "--sort_calculating", "True"] + common + data + FAST)
+    run([sys.executable, str(SCRIPTS / "run_papa_ner.py"), "--output_dir", str(tmp_path / "k_72"),
+         "--grad_for_classifier_only", "true", "--sorting_heads_dir", str(tmp_path / "sort"),
+         "--static_heads_num", "72", "--return_entity_level_metrics"] + common + data + FAST)
+    assert json.loads((tmp_path / "sort" / "sorted_heads.json").read_text())
+    results = json.loads((tmp_path / "k_72" / "eval_results.json").read_text())
+    assert {"eval_precision", "eval_recall", "eval_f1", "eval_accuracy", "eval_PER_f1", "eval_LOC_f1"} <= set(results)
+    assert torch.load(tmp_path / "avgs" / "avgs.pt", weights_only=True).shape == (6, 12, 64, 64)
+
+
+def test_sst2_probe_beats_majority_class(tmp_path, shared_data):
+    data = shared_data / "glue" / "SST-2"
+    run([sys.executable, str(SCRIPTS / "run_papa_glue.py"), "--task_name", "sst2", "--data_dir", str(data),
+         "--do_train", "--do_eval", "--max_seq_length", "64", "--use_papa_preprocess",
+         "--use_freeze_extract_pooler", "true", "--grad_for_classifier_only", "true",
+         "--max_train_samples", "400", "--max_eval_samples", "300", "--num_train_epochs", "3",
+         "--learning_rate", "1e-3", "--per_device_train_batch_size", "16", "--output_dir", str(tmp_path),
+         "--save_strategy", "no", "--save_total_limit", "0", "--seed", "0"])
+    labels = [line.rsplit("\t", 1)[1].strip() for line in (data / "dev.tsv").read_text().splitlines()[1:301]]
+    majority = max(labels.count("0"), labels.count("1")) / len(labels)
+    accuracy = json.loads((tmp_path / "eval_results.json").read_text())["eval_accuracy"]
+    assert accuracy > majority + 0.1, (accuracy, majority)
+
+
+def test_original_flag_spellings():
+    model, data, training = parse_training_args(
+        "--task_name COLA --do_train --do_eval --output_dir x --evaluation_strategy epoch --use_papa_preprocess "
+        "--use_freeze_extract_pooler true --grad_for_classifier_only false --sort_calculating False "
+        "--grad_for_classifier_and_static_only 0 --save_total_limit 0 --disable_tqdm true --static_heads_num 72 "
+        "--max_seq_length 64 --pad_to_max_length --label_all_tokens --return_entity_level_metrics".split()
+    )
+    assert training.eval_strategy == "epoch" and training.save_total_limit == 0 and training.disable_tqdm
+    assert data.use_papa_preprocess and data.pad_to_max_length and data.max_seq_length == 64
+    assert model.use_freeze_extract_pooler and not model.grad_for_classifier_only and not model.sort_calculating
+    assert not model.grad_for_classifier_and_static_only and model.static_heads_num == 72
+    assert data.label_all_tokens and data.return_entity_level_metrics
+    _, _, training = parse_training_args("--output_dir x --evaluation_strategy=steps".split())
+    assert training.eval_strategy == "steps"
+    args = averaging_parser("x").parse_args(
+        "--task_name COLA --max_length 64 --per_device_train_batch_size 8 --output_dir d --cache_dir c "
+        "--use_papa_preprocess true --pad_to_max_length --train_file t --validation_file v --seed 3".split()
+    )
+    assert args.use_papa_preprocess is True and args.pad_to_max_length is True and args.seed == 3
+    assert averaging_parser("x").parse_args("--output_dir d --use_papa_preprocess false".split()).use_papa_preprocess is False
