@@ -182,3 +182,18 @@ def test_original_flag_spellings():
     )
     assert args.use_papa_preprocess is True and args.pad_to_max_length is True and args.seed == 3
     assert averaging_parser("x").parse_args("--output_dir d --use_papa_preprocess false".split()).use_papa_preprocess is False
+
+
+def test_averaging_under_torchrun_equals_one_process(tmp_path, shared_data):
+    """37 examples over 2 processes: each counted once, the same averages as one process."""
+    common = ["--task_name", "cola", "--data_dir", str(shared_data / "glue" / "CoLA"), "--max_length", "32",
+              "--use_papa_preprocess", "--max_train_samples", "37", "--per_device_train_batch_size", "4"]
+    script = str(SCRIPTS / "run_papa_glue_avgs_creator.py")
+    run([sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", script,
+         "--output_dir", str(tmp_path / "two")] + common)
+    run([sys.executable, script, "--output_dir", str(tmp_path / "one")] + common)
+    two = {f: torch.load(tmp_path / "two" / f, weights_only=True) for f in ("avgs.pt", "attention_patterns_sums.pt")}
+    one = {f: torch.load(tmp_path / "one" / f, weights_only=True) for f in ("avgs.pt", "attention_patterns_sums.pt")}
+    assert two["attention_patterns_sums.pt"][0, 0] == 37
+    assert torch.equal(two["attention_patterns_sums.pt"], one["attention_patterns_sums.pt"])
+    torch.testing.assert_close(two["avgs.pt"], one["avgs.pt"])

@@ -63,6 +63,23 @@ class AttentionAverager:
         save_tensor(self.averages().cpu(), os.path.join(output_dir, "avgs.pt"))
 
 
+def distributed_context():
+    """(rank, world_size, device) under torchrun / `accelerate launch`, or (0, 1, device) alone.
+
+    Initialises the process group from the launcher's environment (gloo on CPU, nccl on GPU).
+    """
+    world_size = int(os.environ.get("WORLD_SIZE", "1"))
+    if world_size > 1 and not dist.is_initialized():
+        dist.init_process_group("nccl" if torch.cuda.is_available() else "gloo")
+    rank, world_size = (dist.get_rank(), dist.get_world_size()) if dist.is_initialized() else (0, 1)
+    if torch.cuda.is_available():
+        device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", "0")))
+        torch.cuda.set_device(device)
+    else:
+        device = torch.device("cpu")
+    return rank, world_size, device
+
+
 def shard(num_examples, rank, world_size):
     """This process's example indices: every example in exactly one shard."""
     return list(range(rank, num_examples, world_size))

@@ -21,7 +21,7 @@ from transformers import AutoConfig, AutoModel, AutoTokenizer, Trainer, default_
 
 from . import data, metrics, preprocessing
 from .attention import lambdas_array, load_constant_matrices
-from .averaging import accumulate_attention, shard
+from .averaging import accumulate_attention, distributed_context, shard
 from .errors import PapaError
 from .io import atomic_path, save_json
 from .modeling import build_model, default_model_path, save_papa_model, set_trainable, training_mode
@@ -123,7 +123,7 @@ def limit(dataset, max_samples):
 
 def run_averaging(args, kind):
     """The averaging pass: writes avgs.pt, attention_sums.pt, attention_patterns_sums.pt."""
-    from accelerate import Accelerator
+    import torch.distributed as dist
     from torch.utils.data import DataLoader, Subset
     from tqdm.auto import tqdm
 
@@ -140,22 +140,23 @@ def run_averaging(args, kind):
     columns = [c for c in ("input_ids", "attention_mask", "token_type_ids") if c in tokenized.column_names]
     tokenized = tokenized.with_format("torch", columns=columns)
 
-    accelerator = Accelerator()
+    rank, world_size, device = distributed_context()
     model = AutoModel.from_pretrained(path, config=config, cache_dir=args.cache_dir, attn_implementation="eager")
-    model.to(accelerator.device)
+    model.to(device)
     # each process reads a disjoint shard: no example is counted twice, whatever the sizes
-    indices = shard(len(tokenized), accelerator.process_index, accelerator.num_processes)
-    loader = DataLoader(Subset(tokenized, indices), batch_size=args.per_device_train_batch_size,
-                        collate_fn=default_data_collator)
-    progress = tqdm(total=len(loader), desc="Averaging", disable=not accelerator.is_local_main_process)
-    averager = accumulate_attention(model, loader, args.max_length, accelerator.device, progress)
+    loader = DataLoader(Subset(tokenized, shard(len(tokenized), rank, world_size)),
+                        batch_size=args.per_device_train_batch_size, collate_fn=default_data_collator)
+    progress = tqdm(total=len(loader), desc="Averaging", disable=rank != 0)
+    averager = accumulate_attention(model, loader, args.max_length, device, progress)
     progress.close()
     averager.all_reduce()
-    if accelerator.is_main_process:
+    if rank == 0:
         averager.save(args.output_dir)
         stage(f"wrote avgs.pt [{config.num_hidden_layers}, {config.num_attention_heads}, {args.max_length}, "
-              f"{args.max_length}] from {averager.num_examples} examples to {args.output_dir}")
-    accelerator.wait_for_everyone()
+              f"{args.max_length}] from {averager.num_examples} examples ({world_size} process(es)) to {args.output_dir}")
+    if world_size > 1:
+        dist.barrier()
+        dist.destroy_process_group()
 
 
 # ----------------------------------------------------------------------------- probing
