@@ -252,6 +252,23 @@ def test_gradients_reach_constants_and_lambdas():
     assert attn.constant_matrices.grad is not None
 
 
+@pytest.mark.parametrize("kwargs", [dict(static_heads=[[0, 1], [1, 0], [1, 1], [1, 2], [1, 3]]), dict(mix_all_heads=True)])
+def test_fast_path_with_autograd_equals_attentions_path(kwargs):
+    """Grad enabled, no dropout (eval): the fast path runs under autograd and matches."""
+    model = papa.patch_model(tiny_model(), random_constants(), **kwargs)
+    ids, mask = batch()
+    fast = model(ids, attention_mask=mask)
+    slow = model(ids, attention_mask=mask, output_attentions=True)
+    assert_close(fast.logits, slow.logits, rtol=1e-5, atol=1e-5)
+    fast.logits.sum().backward()
+    fast_grads = {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
+    model.zero_grad()
+    slow.logits.sum().backward()
+    for name, p in model.named_parameters():
+        if p.grad is not None:
+            assert_close(fast_grads[name], p.grad, rtol=1e-4, atol=1e-5)
+
+
 def test_clear_errors(tmp_path):
     with pytest.raises(PapaError, match="layers x"):
         papa.patch_model(tiny_model(), torch.rand(L + 1, H, T, T))

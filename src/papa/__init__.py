@@ -1,6 +1,21 @@
-"""PAPA: replace attention heads by constant matrices and measure what probing loses."""
+"""PAPA: replace attention heads by constant matrices and measure what probing loses.
+
+    patch_model            make heads constant (or mix all heads), in place
+    accumulate_attention   average each head's attention over data → the constant matrices
+    build_model, set_trainable, save_papa_model, load_papa_model
+    sorted_heads_from_lambdas, save_ranking, load_sorted_heads, first_k_heads
+"""
 
 from .attention import lambdas_array, load_constant_matrices, patch_model
+from .averaging import AttentionAverager, accumulate_attention
 from .errors import PapaError
+from .modeling import build_model, default_model_path, load_papa_model, save_papa_model, set_trainable
+from .poolers import FreezeExtractForSequenceClassification, FreezeExtractForTokenClassification
+from .ranking import first_k_heads, load_sorted_heads, save_ranking, sorted_heads_from_lambdas
 
-__all__ = ["PapaError", "lambdas_array", "load_constant_matrices", "patch_model"]
+__all__ = [
+    "AttentionAverager", "FreezeExtractForSequenceClassification", "FreezeExtractForTokenClassification",
+    "PapaError", "accumulate_attention", "build_model", "default_model_path", "first_k_heads", "lambdas_array",
+    "load_constant_matrices", "load_papa_model", "load_sorted_heads", "patch_model", "save_papa_model",
+    "save_ranking", "set_trainable", "sorted_heads_from_lambdas",
+]

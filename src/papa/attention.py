@@ -86,14 +86,21 @@ def constant_attention_output(constant, values, valid):
     saves two copies of V per layer on CPU.
     """
     B, T, H, d = values.shape
-    by_head = values.new_empty(H, T, B, d)  # V laid out for the batched matmul
     if valid is None:
-        by_head.copy_(values.permute(2, 1, 0, 3))
         scale = 1 / constant.abs().sum(-1).clamp_min(NORM_EPS)[:, :, None]  # (H, T, 1)
     else:
         valid_t = valid.t()  # (T, B)
-        torch.mul(values.permute(2, 1, 0, 3), valid_t[None, :, :, None], out=by_head)
         scale = valid_t / torch.matmul(constant.abs(), valid_t).clamp_min(NORM_EPS)  # (H, T, B); 0 on padded rows
+    if torch.is_grad_enabled() and (values.requires_grad or constant.requires_grad):
+        # autograd cannot record out= writes: the same math with two extra copies
+        masked = values if valid is None else values * valid[:, :, None, None]
+        numerator = torch.bmm(constant, masked.permute(2, 1, 0, 3).reshape(H, T, B * d)).view(H, T, B, d)
+        return (numerator * scale.unsqueeze(-1)).permute(2, 1, 0, 3).contiguous()
+    by_head = values.new_empty(H, T, B, d)  # V laid out for the batched matmul
+    if valid is None:
+        by_head.copy_(values.permute(2, 1, 0, 3))
+    else:
+        torch.mul(values.permute(2, 1, 0, 3), valid_t[None, :, :, None], out=by_head)
     numerator = torch.bmm(constant, by_head.view(H, T, B * d)).view(H, T, B, d)
     out = values.new_empty(B, T, H, d)
     torch.mul(numerator, scale.unsqueeze(-1), out=out.permute(2, 1, 0, 3))

@@ -78,20 +78,18 @@ def build_model(
         model = cls.from_pretrained(model_name_or_path, config=config, cache_dir=cache_dir)
     if constant_matrices is not None:
         patch_model(model, constant_matrices, static_heads=static_heads, mix_all_heads=mix_all_heads)
-    papa = dict(model.config.papa or {}) if getattr(model.config, "papa", None) else {}
-    papa["model_class"] = type(model).__name__
     if freeze_extract_seq_len is not None:
         kind = "token" if "TokenClassification" in type(model).__name__ else "sequence"
-        papa["probe"] = {"kind": kind, "seq_len": int(freeze_extract_seq_len)}
-        model.config.papa = papa
         return PROBES[kind](model, freeze_extract_seq_len)
-    model.config.papa = papa
     return model
 
 
 def save_papa_model(model, output_dir):
     """config.json (with the `papa` block) and model.safetensors, written atomically."""
     os.makedirs(output_dir, exist_ok=True)
+    papa = dict(getattr(model.config, "papa", None) or {})
+    papa.setdefault("model_class", type(model).__name__)  # a patched HF model saved as it is
+    model.config.papa = papa
     model.config.save_pretrained(output_dir)
     state = {name: tensor.detach().contiguous().cpu() for name, tensor in model.state_dict().items()}
     with atomic_path(os.path.join(output_dir, WEIGHTS_NAME)) as tmp:
@@ -112,10 +110,10 @@ def load_papa_model(path, device="cpu"):
     if "seq_len" in papa:
         t = papa["seq_len"]
         constants = torch.zeros(config.num_hidden_layers, config.num_attention_heads, t, t)
+    model = build_model(papa["model_class"], config, None, constants, papa.get("static_heads"),
+                        papa.get("mix_all_heads", False))
     probe = papa.get("probe")
-    model = build_model(
-        papa["model_class"], config, None, constants, papa.get("static_heads"), papa.get("mix_all_heads", False),
-        probe["seq_len"] if probe else None,
-    )
+    if probe:
+        model = PROBES[probe["kind"]](model, probe["seq_len"])
     model.load_state_dict(load_file(weights), strict=True)
     return model.to(device).eval()

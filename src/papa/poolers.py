@@ -67,9 +67,12 @@ class FreezeExtractTokenHead(nn.Module):
 class _Probe(nn.Module):
     """An HF encoder (kept under its usual name, `bert` / `roberta`) with a freeze-extract head."""
 
-    def __init__(self, model):
+    def __init__(self, model, kind, seq_len):
         super().__init__()
         self.config = model.config
+        # what load_papa_model needs to rebuild this probe around the same HF model class
+        papa = dict(getattr(model.config, "papa", None) or {})
+        self.config.papa = {**papa, "model_class": type(model).__name__, "probe": {"kind": kind, "seq_len": seq_len}}
         self.base_model_prefix = model.base_model_prefix
         encoder = model.base_model
         if getattr(encoder, "pooler", None) is not None:
@@ -92,7 +95,7 @@ class FreezeExtractForSequenceClassification(_Probe):
     """Sequence probe: BERT applies dropout before the classifier; RoBERTa feeds it straight in."""
 
     def __init__(self, model, seq_len):
-        super().__init__(model)
+        super().__init__(model, "sequence", int(seq_len))
         config = model.config
         self.num_labels = config.num_labels
         self.pooler = FreezeExtractPooler(config, seq_len)
@@ -119,7 +122,7 @@ class FreezeExtractForSequenceClassification(_Probe):
 
 class FreezeExtractForTokenClassification(_Probe):
     def __init__(self, model, seq_len=None):
-        super().__init__(model)
+        super().__init__(model, "token", None if seq_len is None else int(seq_len))
         self.num_labels = model.config.num_labels
         self.classifier = FreezeExtractTokenHead(model.config, self.num_labels)
 
