@@ -146,6 +146,10 @@ def test_ranking_errors(expect_error, tmp_path, cola_dir):
 def test_mode_and_model_errors(expect_error, tmp_path, cola_dir):
     expect_error("run_papa_glue.py", probing_args(cola_dir, "--sort_calculating", "true"), r"one training mode")
     expect_error("run_papa_glue.py", probing_args(cola_dir, "--max_seq_length", "600"), r"600.*512")
+    avgs = write_avgs(tmp_path / "avgs", torch.rand(L, H, 16, 16))
+    expect_error("run_papa_glue.py", ["--task_name", "cola", "--data_dir", cola_dir, "--do_eval", "--max_seq_length", "16",
+                                      "--sort_calculating", "true", "--static_heads_dir", avgs], r"add --do_train")
+    expect_error("run_papa_glue.py", ["--task_name", "cola", "--data_dir", cola_dir], r"--do_train")
     expect_error("run_papa_glue_avgs_creator.py", ["--task_name", "cola", "--data_dir", cola_dir, "--max_length", "513"],
                  r"513.*512")
     from transformers import GPT2Config

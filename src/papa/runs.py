@@ -226,6 +226,8 @@ def run_probing(model_args, data_args, training_args, kind):
                                                         data_args.max_seq_length)
     constants, static_heads, mix = heads_to_replace(model_args, config)
     check_constant_shape(constants, config, data_args.max_seq_length)
+    if mix and not training_args.do_train:
+        raise PapaError("--sort_calculating ranks heads by training their mixing weights: add --do_train")
     if mode == "grad_for_classifier_and_static_only" and constants is None:
         raise PapaError("--grad_for_classifier_and_static_only trains constant matrices: pass --static_heads_dir")
     set_seed(training_args.seed)
