@@ -101,8 +101,8 @@ def accumulate_attention(model, batches, seq_len, device="cpu", progress=None):
         inputs = {k: batch[k].to(device) for k in ("input_ids", "attention_mask", "token_type_ids") if k in batch}
         if inputs["input_ids"].shape[1] != seq_len:
             raise ValueError(f"batch has length {inputs['input_ids'].shape[1]}, expected padding to {seq_len}")
-        outputs = encoder(**inputs, output_attentions=True, return_dict=True)
-        averager.update(outputs.attentions, inputs["attention_mask"])
+        # not bound to a name: the previous batch's attentions must not outlive its update
+        averager.update(encoder(**inputs, output_attentions=True, return_dict=True).attentions, inputs["attention_mask"])
         if progress is not None:
             progress.update(1)
     return averager
