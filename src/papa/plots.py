@@ -1,0 +1,117 @@
+"""The sweep's figures, drawn with matplotlib's Agg backend and written atomically as PNG.
+
+- `plot_results`: the task's main metric against the number of constant heads (as the paper's
+  Figure 2), one marker per k and a dashed line at the k=0 value;
+- `plot_lambdas`: layer x head heatmap of the ranking run's λ (`lambdas.npy`);
+- `plot_constant_matrices`: the constant matrices (`avgs.pt`) of the first heads of
+  `sorted_heads.json` (the most constant-friendly), query position x key position.
+
+Figures are built with `matplotlib.figure.Figure` directly (no pyplot global state), so plotting
+works in any thread and never opens a window.
+"""
+
+import json
+import math
+import os
+
+import matplotlib
+
+matplotlib.use("Agg")
+import numpy as np  # noqa: E402
+from matplotlib.figure import Figure  # noqa: E402
+
+from .errors import PapaError  # noqa: E402
+from .io import atomic_path  # noqa: E402
+
+DPI = 120
+
+
+def _save(fig, path):
+    with atomic_path(path) as tmp:
+        fig.savefig(tmp, format="png", dpi=DPI)
+    return path
+
+
+def plot_results(ks, values, metric_name, total_heads, title, path, chance=None):
+    """Main metric vs number of constant heads; dashed line at the k=0 value (when there is one),
+    dotted line at `chance` (e.g. 0.5 accuracy on a balanced binary task) when given."""
+    ks = list(ks)
+    values = [math.nan if v is None else float(v) for v in values]
+    fig = Figure(figsize=(6.4, 4.4))
+    ax = fig.add_subplot()
+    ax.plot(ks, values, marker="o", linewidth=1.8, label=metric_name)
+    below = False
+    for i, (k, v) in enumerate(zip(ks, values)):
+        if math.isnan(v):
+            continue
+        # neighbours closer than 8% of the axis (e.g. 63 and 68 of 72) alternate above/below
+        below = (not below) if i and k - ks[i - 1] < 0.08 * total_heads else False
+        ax.annotate(f"{v:.3f}", (k, v), textcoords="offset points", xytext=(0, -13 if below else 7),
+                    ha="center", fontsize=8)
+    if 0 in ks and not math.isnan(values[ks.index(0)]):
+        ax.axhline(values[ks.index(0)], linestyle="--", color="gray", linewidth=1, label="k = 0 (all heads dynamic)")
+    if chance is not None:
+        ax.axhline(chance, linestyle=":", color="firebrick", linewidth=1, label=f"chance ({chance:g})")
+    ax.set_xlabel(f"number of constant heads (of {total_heads})")
+    ax.set_ylabel(metric_name)
+    ax.set_title(title, fontsize=10)
+    ax.set_xticks(ks)
+    ax.set_xlim(-0.03 * total_heads, 1.03 * total_heads)
+    finite = [v for v in values if not math.isnan(v)] + ([chance] if chance is not None else [])
+    if finite:
+        low, high = min(finite), max(finite)
+        pad = max(0.05 * (high - low), 0.02)
+        ax.set_ylim(low - pad, high + 2 * pad)
+    ax.grid(alpha=0.3)
+    ax.legend(loc="lower left", fontsize=8)
+    fig.tight_layout()
+    return _save(fig, path)
+
+
+def plot_lambdas(lambdas, path, title="λ of the ranking run"):
+    """Heatmap (layers x heads) of λ: head h mixes σ(λ)·softmax + (1 − σ(λ))·constant."""
+    if isinstance(lambdas, (str, os.PathLike)):
+        lambdas = np.load(lambdas)
+    lambdas = np.asarray(lambdas, dtype=float)
+    if lambdas.ndim != 2:
+        raise PapaError(f"lambdas must be a [layers, heads] array; got shape {list(lambdas.shape)}")
+    layers, heads = lambdas.shape
+    fig = Figure(figsize=(max(5.0, 0.45 * heads + 2), max(3.0, 0.4 * layers + 1.6)))
+    ax = fig.add_subplot()
+    image = ax.imshow(lambdas, cmap="viridis", aspect="auto")
+    fig.colorbar(image, ax=ax, label="λ (lower = leans on its constant matrix)")
+    ax.set_xlabel("head")
+    ax.set_ylabel("layer")
+    ax.set_xticks(range(heads))
+    ax.set_yticks(range(layers))
+    ax.set_title(title, fontsize=10)
+    fig.tight_layout()
+    return _save(fig, path)
+
+
+def plot_constant_matrices(avgs, sorted_heads, path, title="constant matrices", count=4):
+    """The `count` first-ranked heads' constant matrices, each titled with layer, head and rank."""
+    if isinstance(avgs, (str, os.PathLike)):
+        from .attention import load_constant_matrices
+
+        avgs = load_constant_matrices(avgs)
+    avgs = np.asarray(avgs, dtype=float)
+    if isinstance(sorted_heads, (str, os.PathLike)):
+        with open(sorted_heads) as f:
+            sorted_heads = json.load(f)
+    chosen = [tuple(h) for h in sorted_heads[:count]]
+    if not chosen:
+        raise PapaError("sorted_heads is empty: no head to draw")
+    cols = min(len(chosen), 2)
+    rows = math.ceil(len(chosen) / cols)
+    fig = Figure(figsize=(4.4 * cols, 3.9 * rows + 0.5))
+    for i, (layer, head) in enumerate(chosen):
+        ax = fig.add_subplot(rows, cols, i + 1)
+        image = ax.imshow(avgs[layer, head], cmap="magma", interpolation="nearest")
+        fig.colorbar(image, ax=ax, fraction=0.046, pad=0.04)
+        ax.set_title(f"layer {layer}, head {head} (rank {i + 1})", fontsize=9)
+        ax.set_xlabel("key position")
+        ax.set_ylabel("query position")
+    fig.suptitle(title, fontsize=10)
+    fig.tight_layout()
+    return _save(fig, path)
