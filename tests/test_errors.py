@@ -150,6 +150,7 @@ def test_mode_and_model_errors(expect_error, tmp_path, cola_dir):
     expect_error("run_papa_glue.py", ["--task_name", "cola", "--data_dir", cola_dir, "--do_eval", "--max_seq_length", "16",
                                       "--sort_calculating", "true", "--static_heads_dir", avgs], r"add --do_train")
     expect_error("run_papa_glue.py", ["--task_name", "cola", "--data_dir", cola_dir], r"--do_train")
+    expect_error("run_papa_glue.py", probing_args(cola_dir, "--not_a_flag", "1"), r"not_a_flag")
     expect_error("run_papa_glue_avgs_creator.py", ["--task_name", "cola", "--data_dir", cola_dir, "--max_length", "513"],
                  r"513.*512")
     from transformers import GPT2Config

@@ -98,8 +98,10 @@ class DataArguments:
 def parse_training_args(argv):
     """(ModelArguments, DataArguments, TrainingArguments) from the command line."""
     parser = HfArgumentParser((ModelArguments, DataArguments, TrainingArguments))
-    model_args, data_args, training_args = parser.parse_args_into_dataclasses(args=modernize_argv(argv))
-    return model_args, data_args, training_args
+    try:
+        return tuple(parser.parse_args_into_dataclasses(args=modernize_argv(argv)))
+    except ValueError as err:  # unknown flags, and TrainingArguments' own consistency checks
+        raise PapaError(str(err).strip().splitlines()[0]) from None
 
 
 def averaging_parser(description):
