@@ -10,7 +10,7 @@ separated by single spaces, no punctuation.
     the keys that the old farmer saw near the door have arrived  -> 1
 
 Label 1 means the main verb agrees in number with the subject (the first noun), 0 means it does
-not. Between subject and main verb sit 0 (half the sentences) or 1..3 intervening phrases (prepositional phrases
+not. Between subject and main verb sit 0..3 intervening phrases (prepositional phrases
 "near the cabinets" or object relative clauses "that the farmer saw"), so the two words that
 decide the label are 1 to 16 words apart. Every intervening noun has the number opposite to the
 subject (an attractor): agreeing with the nearest noun is wrong.
@@ -170,11 +170,7 @@ def _noun_phrase(rng, lemma, plural):
 
 def _sentence(rng, plural_subject, grammatical):
     """One sentence with the given subject number (0/1) and label (True = verb agrees)."""
-    # intervening phrases, each with one attractor: none in half the sentences, else 1..MAX_INTERVENING.
-    # Frozen MiniLM encodes agreement well without attractors and barely across them (a logistic
-    # probe on its mean-pooled states: 0.85 vs 0.50 accuracy), so half the sentences stay adjacent
-    # and the quickstart's k=0 probe lands clearly above chance.
-    k = 0 if rng.random() < 0.5 else rng.randint(1, MAX_INTERVENING)
+    k = rng.randrange(MAX_INTERVENING + 1)  # intervening phrases, each with one attractor
     # Nouns so far: 1 of the subject's number, k of the other. The predicate balances the count;
     # with k == 1 it is balanced already and the predicate takes 0 nouns or one of each number.
     if k == 1:
