@@ -131,7 +131,8 @@ class PapaSelfAttentionMixin:
                 f"(--pad_to_max_length, --max_seq_length {self.constant_matrices.shape[-1]}) or recompute avgs.pt at length {T}"
             )
         values = self.value(hidden_states).view(B, T, H, d)
-        valid = token_validity(attention_mask, B, T, values.dtype)
+        # only constant matrices need the padding pattern; an all-dynamic layer runs exactly like stock
+        valid = token_validity(attention_mask, B, T, values.dtype) if self.constant_matrices is not None else None
         want_probs = attentions_requested(kwargs)
         if want_probs or (self.training and self.dropout.p > 0):
             context, probs = self._probabilities_path(hidden_states, attention_mask, values, valid)
