@@ -379,7 +379,7 @@ def _check_training_command(command):
     try:
         with contextlib.redirect_stderr(stderr):
             parse_training_args(command[2:])
-    except ValueError as err:  # HfArgumentParser: flags no dataclass knows
+    except PapaError as err:  # HfArgumentParser: flags no dataclass knows
         raise PapaError(f"the training runs would reject these flags: {err}") from None
     except SystemExit:  # argparse: a bad value
         message = stderr.getvalue().strip().splitlines()
