@@ -20,6 +20,7 @@ import transformers
 from transformers import AutoConfig, AutoModel, AutoTokenizer, Trainer, default_data_collator, set_seed
 
 from . import data, metrics, preprocessing
+from .arguments import check_positive
 from .attention import lambdas_array, load_constant_matrices
 from .averaging import accumulate_attention, distributed_context, shard
 from .errors import PapaError
@@ -129,8 +130,7 @@ def run_averaging(args, kind):
 
     set_seed(args.seed)
     for flag in ("max_length", "per_device_train_batch_size", "max_train_samples"):
-        if getattr(args, flag) is not None and getattr(args, flag) <= 0:
-            raise PapaError(f"--{flag} must be positive; got {getattr(args, flag)}")
+        check_positive(getattr(args, flag), f"--{flag}")
     task = load_task(kind, args.task_name, args.data_dir, args.train_file, None, args.cache_dir, ("train",))
     path, config, tokenizer = load_config_and_tokenizer(args.model_name_or_path, args.cache_dir, task, args.max_length)
     stage(f"averaging attention of {path} on {task.name} (T={args.max_length})")
@@ -214,9 +214,7 @@ def run_probing(model_args, data_args, training_args, kind):
     mode = training_mode(model_args.sort_calculating, model_args.grad_for_classifier_only,
                          model_args.grad_for_classifier_and_static_only)
     for flag in ("max_seq_length", "max_train_samples", "max_eval_samples"):
-        value = getattr(data_args, flag)
-        if value is not None and value <= 0:
-            raise PapaError(f"--{flag} must be positive; got {value}")
+        check_positive(getattr(data_args, flag), f"--{flag}")
     splits = tuple(s for s, on in (("train", training_args.do_train), ("validation", training_args.do_eval)) if on)
     if not splits:
         raise PapaError("nothing to do: pass --do_train and/or --do_eval")
