@@ -14,7 +14,6 @@ import numpy as np
 import pytest
 import torch
 
-from papa.modeling import default_model_path
 
 REPO = Path(__file__).resolve().parents[1]
 SCRIPTS = REPO / "papa_scripts"
