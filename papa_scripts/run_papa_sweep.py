@@ -10,7 +10,7 @@ Re-running resumes: a stage is skipped when its stamp (stage.json) matches its c
 line and input files, and redone otherwise (a changed avgs.pt redoes everything after it; a deleted
 k_<k>/ redoes that k only).
 
-    python papa_scripts/run_papa_sweep.py                         # bundled MiniLM, synthetic agreement task
+    python papa_scripts/run_papa_sweep.py                         # bundled MiniLM, synthetic repeat task
     python papa_scripts/run_papa_sweep.py --task_name cola --data_dir ../shared/data/glue/CoLA \\
         --model_name_or_path bert-base-uncased                    # the original README's setting
 
@@ -27,22 +27,22 @@ from papa.errors import PapaError, run_cli
 
 
 def build_parser():
-    from papa.sweep import AGREEMENT_DEFAULTS as quick, README_DEFAULTS as readme
+    from papa.sweep import REPEAT_DEFAULTS as quick, README_DEFAULTS as readme
 
     p = argparse.ArgumentParser(
         description=__doc__.splitlines()[0], allow_abbrev=False,
         epilog=f"'Task default': the original README's settings for GLUE/CoNLL tasks (T={readme['max_seq_length']}, "
                f"{readme['num_train_epochs']:g} epochs, lr {readme['learning_rate']:g} constant, batch "
-               f"{readme['per_device_train_batch_size']}); quick measured settings for the built-in agreement task "
+               f"{readme['per_device_train_batch_size']}); quick measured settings for the built-in repeat task "
                f"(T={quick['max_seq_length']}, {quick['num_train_epochs']:g} epochs, ranking run "
                f"{quick['sort_num_train_epochs']:g} epoch, lr {quick['learning_rate']:g} constant, batch "
                f"{quick['per_device_train_batch_size']}).")
     add = p.add_argument
     add("--model_name_or_path", default=None,
         help="BERT or RoBERTa model (hub name or folder). Default: the bundled all-MiniLM-L6-v2 (6 x 12 heads).")
-    add("--task_name", default="agreement",
+    add("--task_name", default="repeat",
         help="GLUE task (cola sst2 mrpc qqp stsb mnli qnli rte wnli), token task (ner pos chunk), "
-             "or the built-in synthetic 'agreement' (default; needs no data).")
+             "or the built-in synthetic 'repeat' (default; needs no data).")
     add("--data_dir", default=None,
         help="Folder with the task's files (GLUE train.tsv/dev.tsv, CoNLL train.txt/valid.txt).")
     add("--train_file", default=None, help="Training file, passed to every stage.")
@@ -53,7 +53,7 @@ def build_parser():
              "(0 36 63 68 72 for MiniLM, 0 72 126 135 144 for BERT-base).")
     add("--num_train_epochs", type=float, default=None, help="Epochs of each probing run (task default).")
     add("--sort_num_train_epochs", type=float, default=None,
-        help=f"Epochs of the ranking run (default: {quick['sort_num_train_epochs']:g} for agreement, "
+        help=f"Epochs of the ranking run (default: {quick['sort_num_train_epochs']:g} for repeat, "
              "--num_train_epochs for other tasks).")
     add("--learning_rate", type=float, default=None,
         help="Learning rate (constant schedule) of the training runs (task default).")

@@ -244,12 +244,12 @@ def test_unknown_split():
         load_sequence_task("sst2", data_dir=".", splits=("test",))
 
 
-def test_agreement_uses_the_synthetic_generator():
+def test_repeat_uses_the_synthetic_generator():
     pytest.importorskip("papa.synthetic")
-    ds = load_sequence_task("agreement", data_dir="/ignored", splits=("train",))
+    ds = load_sequence_task("repeat", data_dir="/ignored", splits=("train",))
     assert list(ds) == ["train"]
     assert ds["train"].column_names == ["sentence", "label"]
-    assert ds["train"].features["label"].names == ["ungrammatical", "grammatical"]
+    assert ds["train"].features["label"].names == ["new", "repeated"]
     assert ds["train"].num_rows > 0
 
 

@@ -1,7 +1,7 @@
 """The one-command sweep (papa.sweep, papa_scripts/run_papa_sweep.py): layout, results, resuming, staleness.
 
 End-to-end tests run the real scripts as subprocesses on the bundled MiniLM and the synthetic
-agreement task with a tiny budget (32 train / 16 eval examples, T=32, 1 epoch, k = 0 and 72).
+repeat task with a tiny budget (32 train / 16 eval examples, T=32, 1 epoch, k = 0 and 72).
 """
 
 import csv
@@ -147,12 +147,12 @@ def test_results_table_negative_and_zero_reference():
 
 
 def test_chance_warning():
-    _, rows = build_results({0: {"eval_accuracy": 0.52}, 72: {"eval_accuracy": 0.5}}, "agreement", 72)
-    warning = chance_warning("agreement", rows)
+    _, rows = build_results({0: {"eval_accuracy": 0.52}, 72: {"eval_accuracy": 0.5}}, "repeat", 72)
+    warning = chance_warning("repeat", rows)
     assert warning and "chance (0.5)" in warning
     assert "**Warning:**" in results_markdown(["k"], [], "t", 72, warning)
-    _, rows = build_results({0: {"eval_accuracy": 0.8}, 72: {"eval_accuracy": 0.5}}, "agreement", 72)
-    assert chance_warning("agreement", rows) is None
+    _, rows = build_results({0: {"eval_accuracy": 0.8}, 72: {"eval_accuracy": 0.5}}, "repeat", 72)
+    assert chance_warning("repeat", rows) is None
     _, rows = build_results({0: {"eval_matthews_correlation": 0.01}}, "cola", 72)
     assert chance_warning("cola", rows)  # MCC: chance is 0
     _, rows = build_results({0: {"eval_accuracy": 0.52}}, "sst2", 72)
@@ -217,7 +217,7 @@ def test_sweep_layout_and_results(sweep_dir):
     assert not any(c.endswith(("runtime", "loss", "epoch", "samples")) for c in rows[0])
 
     md = (out / "results.md").read_text()
-    assert "all-MiniLM-L6-v2" in md and "agreement" in md
+    assert "all-MiniLM-L6-v2" in md and "repeat" in md
     assert len([line for line in md.splitlines() if line.startswith("|")]) == 4  # header, rule, 2 rows
     for name in ("results.png", "lambdas.png", "constant_matrices.png"):
         assert_valid_png(out / name)

@@ -70,7 +70,7 @@ class ModelArguments:
 
 @dataclass
 class DataArguments:
-    task_name: str | None = field(default=None, metadata={"help": "Task (case-insensitive), e.g. cola, sst2, mrpc, ner, agreement."})
+    task_name: str | None = field(default=None, metadata={"help": "Task (case-insensitive), e.g. cola, sst2, mrpc, ner, repeat."})
     data_dir: str | None = field(
         default=None, metadata={"help": "Folder with the task's files (GLUE: train.tsv, dev.tsv; CoNLL: train.txt, valid.txt)."}
     )
@@ -109,7 +109,7 @@ def averaging_parser(description):
     p = argparse.ArgumentParser(description=description)
     flag = lambda name, help: p.add_argument(name, type=str2bool, nargs="?", const=True, default=False, help=help)
     p.add_argument("--model_name_or_path", default=None, help="HF model name or folder. Default: the bundled all-MiniLM-L6-v2.")
-    p.add_argument("--task_name", default=None, help="Task (case-insensitive), e.g. cola, sst2, mrpc, ner, agreement.")
+    p.add_argument("--task_name", default=None, help="Task (case-insensitive), e.g. cola, sst2, mrpc, ner, repeat.")
     p.add_argument("--data_dir", default=None, help="Folder with the task's files (GLUE TSVs or CoNLL text).")
     p.add_argument("--train_file", default=None, help="Training file (GLUE .tsv/.csv/.json, CoNLL .txt/.conll).")
     p.add_argument("--validation_file", default=None, help="Accepted for compatibility; averaging reads the train split only.")

@@ -23,7 +23,7 @@ TASK_TO_KEYS = {
     "sst2": ("sentence", None),
     "stsb": ("sentence1", "sentence2"),
     "wnli": ("sentence1", "sentence2"),
-    "agreement": ("sentence", None),
+    "repeat": ("sentence", None),
 }
 SEQUENCE_TASKS = tuple(TASK_TO_KEYS)
 TOKEN_TASKS = ("ner", "pos", "chunk")
@@ -40,7 +40,7 @@ GLUE_LABEL_NAMES = {
     "rte": ["entailment", "not_entailment"],
     "wnli": ["not_entailment", "entailment"],
     "stsb": None,
-    "agreement": ["ungrammatical", "grammatical"],
+    "repeat": ["new", "repeated"],  # = papa.synthetic.REPEAT_LABELS
 }
 # Tasks whose official TSV stores the label as its id ("0"/"1") rather than its name.
 NUMERIC_FILE_LABELS = {"cola", "sst2", "mrpc", "qqp", "wnli"}
@@ -55,7 +55,7 @@ TSV_HEADER_COLUMNS = {
     "qnli": {"question": "question", "sentence": "sentence", "label": "label"},
     "rte": {"sentence1": "sentence1", "sentence2": "sentence2", "label": "label"},
     "wnli": {"sentence1": "sentence1", "sentence2": "sentence2", "label": "label"},
-    "agreement": {"sentence": "sentence", "label": "label"},
+    "repeat": {"sentence": "sentence", "label": "label"},
 }
 COLA_COLUMNS = {"sentence": 3, "label": 1}  # source, label, original_label, sentence
 GLUE_FOLDER_NAMES = {"cola": "CoLA", "sst2": "SST-2", "mrpc": "MRPC", "qqp": "QQP", "stsb": "STS-B",
@@ -123,7 +123,7 @@ def _tsv_label_values(task) -> dict[str, int]:
     if task in NUMERIC_FILE_LABELS:
         return {str(i): i for i in range(len(names))}
     values = {name: i for i, name in enumerate(names)}
-    if task == "agreement":  # no official file: accept ids too
+    if task == "repeat":  # no official file: accept ids too
         values.update({str(i): i for i in range(len(names))})
     return values
 
@@ -253,7 +253,7 @@ def load_sequence_task(task, data_dir=None, train_file=None, validation_file=Non
                        splits=("train", "validation")) -> datasets.DatasetDict:
     """The requested splits of a sequence task, columns = TASK_TO_KEYS[task] + "label".
 
-    Sources, per split: the synthetic generator for "agreement"; --train_file/--validation_file;
+    Sources, per split: the synthetic generator for "repeat"; --train_file/--validation_file;
     the official files in --data_dir; the hub, only when online. For mnli, requesting "validation"
     (without --validation_file) also yields "validation_mismatched". Only requested splits are read,
     so a folder with just train.tsv is enough for the averaging scripts.
@@ -269,9 +269,9 @@ def load_sequence_task(task, data_dir=None, train_file=None, validation_file=Non
         splits.append("validation_mismatched")
     features = _sequence_features(task)
 
-    if task == "agreement":
-        from papa.synthetic import make_agreement_dataset  # lazy: only this task needs it
-        generated = make_agreement_dataset()
+    if task == "repeat":
+        from papa.synthetic import make_repeat_dataset  # lazy: only this task needs it
+        generated = make_repeat_dataset()
         return datasets.DatasetDict({s: generated[s].select_columns(list(features)).cast(features)
                                      for s in splits})
 

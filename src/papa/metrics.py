@@ -35,7 +35,7 @@ def compute_glue_metrics(task, predictions, references) -> dict[str, float]:
     elif task in ("mrpc", "qqp"):
         result = {"accuracy": float((predictions == references).mean()),
                   "f1": float(f1_score(references, predictions))}
-    else:  # sst2, qnli, rte, wnli, mnli, agreement
+    else:  # sst2, qnli, rte, wnli, mnli, repeat
         result = {"accuracy": float((predictions == references).mean())}
     if len(result) > 1:  # as HF run_glue adds when a metric returns several values
         result["combined_score"] = float(np.mean(list(result.values())))
