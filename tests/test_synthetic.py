@@ -122,15 +122,17 @@ def test_words_alone_are_at_chance(data):
     assert _logistic_accuracy(last_word, data) < 0.58
 
 
-def test_every_noun_is_one_token_and_sentences_fit_t32():
+def test_every_noun_is_one_token_and_sentences_fit_the_sweep_length():
     from transformers import AutoTokenizer
 
     from papa.modeling import default_model_path
+    from papa.sweep import REPEAT_DEFAULTS
 
     tokenizer = AutoTokenizer.from_pretrained(default_model_path())
     assert [w for w in NOUNS if len(tokenizer.tokenize(w)) != 1] == []
     assert len(set(NOUNS)) == len(NOUNS) > MAX_WORDS_BEFORE + 1
-    assert MAX_WORDS_BEFORE + 1 + 2 <= 32 // 2  # + [CLS] and [SEP]: a single sentence gets T/2 positions
+    # + [CLS] and [SEP]; a single sentence gets T/2 positions in the PAPA layout
+    assert MAX_WORDS_BEFORE + 1 + 2 <= REPEAT_DEFAULTS["max_seq_length"] // 2
 
 
 def test_bundled_minilm_encodes_the_task_and_all_constant_heads_lose_it():
