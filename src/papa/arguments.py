@@ -123,8 +123,3 @@ def averaging_parser(description):
     flag("--pad_to_max_length", "Accepted for compatibility: averaging always pads to --max_length.")
     flag("--label_all_tokens", "Accepted for compatibility with the token scripts (no effect on averages).")
     return p
-
-
-def check_positive(value, flag):
-    if value is not None and value <= 0:
-        raise PapaError(f"{flag} must be positive; got {value}")

@@ -237,8 +237,12 @@ def self_attention_layers(model):
     return layers
 
 
-def load_constant_matrices(source):
-    """A [L, H, T, T] float tensor from a tensor, an `avgs.pt` file, or a folder holding one."""
+def load_constant_matrices(source, num_layers=None, num_heads=None):
+    """A [L, H, T, T] float tensor from a tensor, an `avgs.pt` file, or a folder holding one.
+
+    With num_layers and num_heads (the model's), L x H must match them.
+    """
+    what = "constant matrices"
     if isinstance(source, torch.Tensor):
         tensor = source
     else:
@@ -256,10 +260,16 @@ def load_constant_matrices(source):
             raise PapaError(f"{path} is not a readable tensor file ({type(err).__name__}: {err})") from None
         if not isinstance(tensor, torch.Tensor):
             raise PapaError(f"{path} holds a {type(tensor).__name__}, not a [layers, heads, T, T] tensor")
+        what = f"the constant matrices in {path}"
     if tensor.dim() != 4 or tensor.shape[-1] != tensor.shape[-2]:
         raise PapaError(f"constant matrices must have shape [layers, heads, T, T]; got {list(tensor.shape)}")
     if not torch.isfinite(tensor).all():
         raise PapaError("constant matrices contain NaN or infinite values; recompute avgs.pt")
+    if num_layers is not None and tuple(tensor.shape[:2]) != (num_layers, num_heads):
+        raise PapaError(
+            f"{what} have {tensor.shape[0]} layers x {tensor.shape[1]} heads, "
+            f"but the model has {num_layers} x {num_heads}: they were computed for another model"
+        )
     return tensor.float()
 
 
@@ -314,12 +324,7 @@ def patch_model(model, constant_matrices, static_heads=None, mix_all_heads=False
         raise PapaError("this model is already PAPA-patched; load a fresh model to patch it again")
     config = model.config
     num_layers, num_heads = config.num_hidden_layers, config.num_attention_heads
-    matrices = load_constant_matrices(constant_matrices)
-    if tuple(matrices.shape[:2]) != (num_layers, num_heads):
-        raise PapaError(
-            f"constant matrices have {matrices.shape[0]} layers x {matrices.shape[1]} heads, "
-            f"but the model has {num_layers} x {num_heads}: they were computed for another model"
-        )
+    matrices = load_constant_matrices(constant_matrices, num_layers, num_heads)
     if mix_all_heads and static_heads:
         raise PapaError("mix_all_heads mixes every head; do not also pass static_heads")
     by_layer = {} if mix_all_heads else static_heads_by_layer(static_heads, num_layers, num_heads)

@@ -13,6 +13,13 @@ class PapaError(Exception):
     """Bad input or a failed precondition, explained for a user (not a bug in papa)."""
 
 
+def check_positive(value, flag):
+    """`value` unchanged if it is None or a positive number; else a PapaError naming `flag`."""
+    if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0):
+        raise PapaError(f"{flag} must be positive; got {value}")
+    return value
+
+
 def debug_enabled(argv=None) -> bool:
     argv = sys.argv if argv is None else argv
     return os.environ.get("PAPA_DEBUG", "") not in ("", "0", "false", "False") or "--debug" in argv

@@ -20,10 +20,9 @@ import transformers
 from transformers import AutoConfig, AutoModel, AutoTokenizer, Trainer, default_data_collator, set_seed
 
 from . import data, metrics, preprocessing
-from .arguments import check_positive
 from .attention import lambdas_array, load_constant_matrices
 from .averaging import accumulate_attention, distributed_context, shard
-from .errors import PapaError
+from .errors import PapaError, check_positive
 from .io import atomic_path, save_json
 from .modeling import build_model, default_model_path, save_papa_model, set_trainable, training_mode
 from .ranking import first_k_heads, load_sorted_heads, save_ranking
@@ -173,7 +172,7 @@ def heads_to_replace(model_args, config):
             raise PapaError("--sort_calculating needs --static_heads_dir (the folder holding avgs.pt)")
         if k:
             raise PapaError("--sort_calculating mixes every head; drop --static_heads_num")
-        return load_constant_matrices(model_args.static_heads_dir), {}, True
+        return load_constant_matrices(model_args.static_heads_dir, num_layers, num_heads), {}, True
     if k > 0 and not (model_args.static_heads_dir and model_args.sorting_heads_dir):
         missing = [f for f in ("--static_heads_dir", "--sorting_heads_dir") if not getattr(model_args, f[2:])]
         raise PapaError(f"--static_heads_num {k} needs {' and '.join(missing)} (avgs.pt and sorted_heads.json)")
@@ -183,17 +182,11 @@ def heads_to_replace(model_args, config):
     if k > 0:
         ranking = load_sorted_heads(model_args.sorting_heads_dir, num_layers, num_heads)
         static = first_k_heads(ranking, k, num_layers, num_heads)
-    return load_constant_matrices(model_args.static_heads_dir), static, False
+    return load_constant_matrices(model_args.static_heads_dir, num_layers, num_heads), static, False
 
 
-def check_constant_shape(constants, config, max_seq_length):
-    if constants is None:
-        return
-    shape = (config.num_hidden_layers, config.num_attention_heads)
-    if tuple(constants.shape[:2]) != shape:
-        raise PapaError(f"avgs.pt has {constants.shape[0]} layers x {constants.shape[1]} heads but the model has "
-                        f"{shape[0]} x {shape[1]}: it was computed for another model")
-    if constants.shape[-1] != max_seq_length:
+def check_constant_length(constants, max_seq_length):
+    if constants is not None and constants.shape[-1] != max_seq_length:
         raise PapaError(f"avgs.pt was computed at length {constants.shape[-1]} but --max_seq_length is "
                         f"{max_seq_length}; use --max_seq_length {constants.shape[-1]} or recompute avgs.pt")
 
@@ -223,7 +216,7 @@ def run_probing(model_args, data_args, training_args, kind):
     path, config, tokenizer = load_config_and_tokenizer(model_args.model_name_or_path, model_args.cache_dir, task,
                                                         data_args.max_seq_length)
     constants, static_heads, mix = heads_to_replace(model_args, config)
-    check_constant_shape(constants, config, data_args.max_seq_length)
+    check_constant_length(constants, data_args.max_seq_length)
     if mix and not training_args.do_train:
         raise PapaError("--sort_calculating ranks heads by training their mixing weights: add --do_train")
     if mode == "grad_for_classifier_and_static_only" and constants is None:

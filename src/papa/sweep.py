@@ -34,7 +34,7 @@ import time
 from pathlib import Path
 
 from . import data
-from .errors import PapaError
+from .errors import PapaError, check_positive
 from .io import save_json, save_text
 
 SCRIPTS_DIR = Path(__file__).resolve().parents[2] / "papa_scripts"
@@ -386,12 +386,6 @@ def _check_training_command(command):
         raise PapaError(f"the training runs would reject these flags: {message[-1] if message else 'bad value'}") from None
 
 
-def _positive(name, value):
-    if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0):
-        raise PapaError(f"--{name} must be positive; got {value}")
-    return value
-
-
 def model_display_name(model_name_or_path):
     if model_name_or_path is None:
         return "all-MiniLM-L6-v2 (bundled)"
@@ -413,15 +407,15 @@ def run_sweep(model_name_or_path=None, task_name="repeat", data_dir=None, train_
 
     task, kind = task_kind(task_name)
     defaults = REPEAT_DEFAULTS if task == "repeat" else README_DEFAULTS
-    max_seq_length = int(_positive("max_seq_length", max_seq_length) or defaults["max_seq_length"])
-    num_train_epochs = float(_positive("num_train_epochs", num_train_epochs) or defaults["num_train_epochs"])
-    sort_num_train_epochs = float(_positive("sort_num_train_epochs", sort_num_train_epochs)
+    max_seq_length = int(check_positive(max_seq_length, "--max_seq_length") or defaults["max_seq_length"])
+    num_train_epochs = float(check_positive(num_train_epochs, "--num_train_epochs") or defaults["num_train_epochs"])
+    sort_num_train_epochs = float(check_positive(sort_num_train_epochs, "--sort_num_train_epochs")
                                   or defaults["sort_num_train_epochs"] or num_train_epochs)
-    learning_rate = float(_positive("learning_rate", learning_rate) or defaults["learning_rate"])
-    train_batch = int(_positive("per_device_train_batch_size", per_device_train_batch_size)
+    learning_rate = float(check_positive(learning_rate, "--learning_rate") or defaults["learning_rate"])
+    train_batch = int(check_positive(per_device_train_batch_size, "--per_device_train_batch_size")
                       or defaults["per_device_train_batch_size"])
-    _positive("max_train_samples", max_train_samples)
-    _positive("max_eval_samples", max_eval_samples)
+    check_positive(max_train_samples, "--max_train_samples")
+    check_positive(max_eval_samples, "--max_eval_samples")
     extra_args = list(extra_args or ())
     _check_passthrough(extra_args)
 
