@@ -60,11 +60,16 @@ def load_sorted_heads(folder, num_layers, num_heads):
     return rows
 
 
-def first_k_heads(sorted_heads, k, num_layers, num_heads):
-    """{layer: [heads]} of the first k ranked heads (the original's get_sorting_heads_dict)."""
+def check_static_heads_num(k, num_layers, num_heads):
+    """k constant heads must be between 0 and all of the model's heads."""
     total = num_layers * num_heads
     if not 0 <= k <= total:
         raise PapaError(f"--static_heads_num must be between 0 and {total} (the model's heads); got {k}")
+
+
+def first_k_heads(sorted_heads, k, num_layers, num_heads):
+    """{layer: [heads]} of the first k ranked heads (the original's get_sorting_heads_dict)."""
+    check_static_heads_num(k, num_layers, num_heads)
     if k > len(sorted_heads):
         raise PapaError(f"the head ranking has {len(sorted_heads)} rows, fewer than --static_heads_num {k}")
     by_layer = {}

@@ -25,7 +25,7 @@ from .averaging import accumulate_attention, distributed_context, shard
 from .errors import PapaError, check_positive
 from .io import atomic_path, save_json
 from .modeling import build_model, default_model_path, save_papa_model, set_trainable, training_mode
-from .ranking import first_k_heads, load_sorted_heads, save_ranking
+from .ranking import check_static_heads_num, first_k_heads, load_sorted_heads, save_ranking
 
 logger = logging.getLogger("papa")
 
@@ -165,8 +165,7 @@ def heads_to_replace(model_args, config):
     """(constant matrices or None, static heads {layer: [heads]}, mix_all_heads), validated."""
     num_layers, num_heads = config.num_hidden_layers, config.num_attention_heads
     k = model_args.static_heads_num
-    if k < 0 or k > num_layers * num_heads:
-        raise PapaError(f"--static_heads_num must be between 0 and {num_layers * num_heads} (the model's heads); got {k}")
+    check_static_heads_num(k, num_layers, num_heads)  # before anything else: k < 0 must not pass as "no heads"
     if model_args.sort_calculating:
         if not model_args.static_heads_dir:
             raise PapaError("--sort_calculating needs --static_heads_dir (the folder holding avgs.pt)")
