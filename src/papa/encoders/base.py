@@ -1,0 +1,202 @@
+"""The forward of a PAPA self-attention module, shared by every encoder family.
+
+`patch_model` swaps the class of each stock self-attention module for a subclass that mixes in
+`PapaAttention` and one family adapter (papa/encoders/<family>.py). The adapter knows the
+family's projections, masks and return values; this module knows what PAPA does with heads:
+
+- dynamic heads attend as the stock model does (their Q/K remain);
+- replaced heads either attend with a constant matrix, norm(C·P) ("constant", PAPA itself), or
+  output a fixed mean context vector per position ("mean_output", an ablation control); their
+  Q/K (and position projections) are pruned;
+- in mix mode (the ranking run) every head mixes σ(λ)·softmax + (1−σ(λ))·norm(C·P).
+
+In a layer with replaced heads the dynamic heads' probabilities also go through norm(·), which
+only zeroes padded query rows, as in the original. A layer without replaced heads runs the
+family's stock computation.
+
+Two code paths compute the same thing:
+- the probabilities path materialises every head's (B, H, T, T) attention; it runs when
+  attentions are requested, and in training when attention dropout is on (dropout acts on the
+  mixed probabilities, as in the original);
+- the fast path never builds probabilities: dynamic heads go through the adapter's fused kernel
+  (`scaled_dot_product_attention`), constant heads through `constant_attention_output`.
+
+Adapter hooks (all take the `Call` made by `papa_call` from the stock forward's arguments):
+    papa_call(*args, **kwargs) -> Call        parse the stock signature
+    papa_values(call) -> (B, T, H, d)          values of every head
+    papa_validity(call) -> (B, T) or None      1.0 for real tokens, from the mask
+    papa_scores(call) -> (B, D, T, T)          masked attention logits of the dynamic heads
+    papa_dynamic_context(call, v) -> (B, T, D, d)   the dynamic heads' output (fast path)
+    papa_return(call, context, probs)          what the stock forward returns
+    papa_prune(dynamic_heads)                  drop the projections replaced heads no longer need
+    papa_band(seq_len) -> (T, T) or None       where a constant head may attend (sliding windows)
+    papa_dropout_p                             attention-probability dropout
+"""
+
+from dataclasses import dataclass, field
+
+import torch
+import torch.nn.functional as F
+
+from ..constant_math import constant_attention_output, mean_output, normalize_rows, normalized_constant
+from ..errors import PapaError
+
+try:  # transformers 5 records `output_attentions` through this context variable
+    from transformers.utils.output_capturing import _active_collector
+except ImportError:  # pragma: no cover - other transformers versions: rely on the kwarg alone
+    _active_collector = None
+
+HEAD_MODES = ("constant", "mean_output")
+
+
+@dataclass
+class Call:
+    """One forward call, as the adapter parsed it."""
+
+    hidden_states: torch.Tensor  # (B, T, hidden)
+    attention_mask: torch.Tensor | None  # the 4-D mask the stock module received
+    want_probs: bool  # attentions requested
+    extra: dict = field(default_factory=dict)  # family-specific (rotary embeddings, relative positions, ...)
+
+
+def attentions_requested(kwargs):
+    """True when the caller asked for attentions (kwarg, or config via HF's output recorder)."""
+    if kwargs.get("output_attentions"):
+        return True
+    collected = _active_collector.get() if _active_collector is not None else None
+    return bool(collected is not None and "attentions" in collected)
+
+
+def diagonal_validity(attention_mask, batch_size, seq_len, dtype, multiplicative=False):
+    """(B, T) with 1.0 for real tokens, from a (B, 1, T, T) mask, or None without a mask.
+
+    Entry [b, 0, i, j] of a bidirectional mask says whether key j may be attended from query i;
+    its diagonal holds each token's own validity. Masks come in three kinds: boolean (True =
+    attend; sdpa), additive (0 / finfo.min; eager) and multiplicative (1 / 0; DeBERTa).
+    """
+    if attention_mask is None:
+        return None
+    diagonal = attention_mask[:, 0].diagonal(dim1=-2, dim2=-1)  # (B, T)
+    if diagonal.dtype == torch.bool:
+        valid = diagonal
+    elif multiplicative:
+        valid = diagonal != 0
+    else:
+        valid = diagonal == 0
+    return valid.to(dtype).expand(batch_size, seq_len)
+
+
+def additive_mask(attention_mask, dtype):
+    """A boolean 4-D mask as an additive float mask (eager style); other masks unchanged."""
+    if attention_mask is None or attention_mask.dtype != torch.bool:
+        return attention_mask
+    return torch.zeros((), dtype=dtype, device=attention_mask.device).masked_fill(
+        ~attention_mask, torch.finfo(dtype).min
+    )
+
+
+class PapaAttention:
+    """Mixin: the PAPA forward. Attributes set by `patch_model`:
+
+    static_heads   sorted heads that are replaced (constant or mean output)
+    dynamic_heads  the others, whose Q/K remain
+    head_mode      "constant" or "mean_output": what replaced heads do
+    mix_all_heads  mix mode: every head is in dynamic_heads and has a constant matrix
+    constant_matrices  (S, T, T) parameter, one per replaced head (per head in mix mode), or None
+    mean_outputs   (S, T, d) parameter in mean_output mode, or None
+    lambdas        (H,) parameter in mix mode, or None
+    papa_band_mask (T, T) where constant heads may attend, or None (no restriction)
+    """
+
+    def forward(self, *args, **kwargs):
+        call = self.papa_call(*args, **kwargs)
+        B, T, _ = call.hidden_states.shape
+        self._check_length(T)
+        values = self.papa_values(call)  # (B, T, H, d)
+        # only replaced heads need the padding pattern; an all-dynamic layer runs exactly like stock
+        valid = self.papa_validity(call) if self._has_replacements else None
+        if call.want_probs or (self.training and self.papa_dropout_p > 0):
+            context, probs = self._probabilities_path(call, values, valid)
+        else:
+            context, probs = self._fast_path(call, values, valid), None
+        return self.papa_return(call, context, probs if call.want_probs else None)
+
+    # ------------------------------------------------------------------ helpers
+
+    @property
+    def _has_replacements(self):
+        return bool(self.static_heads) or self.mix_all_heads
+
+    def _check_length(self, T):
+        stored = self.constant_matrices if self.constant_matrices is not None else self.mean_outputs
+        if stored is None:
+            return
+        expected = stored.shape[1]
+        if expected != T:
+            raise PapaError(
+                f"the constant matrices are {expected}x{expected} but the input sequence length is {T}: "
+                f"pad inputs to {expected} (--pad_to_max_length, --max_seq_length {expected}) "
+                f"or recompute avgs.pt at length {T}"
+            )
+
+    def _constants(self):
+        """The constant matrices, restricted to where the layer may attend."""
+        if self.papa_band_mask is None:
+            return self.constant_matrices
+        return self.constant_matrices * self.papa_band_mask.to(self.constant_matrices.dtype)
+
+    def _mix_weights(self, dtype):
+        return torch.sigmoid(self.lambdas).to(dtype)  # (H,)
+
+    def _replaced_output(self, values, valid):
+        """Output of the replaced heads, (B, T, S, d); `values` are theirs."""
+        if self.head_mode == "mean_output":
+            return mean_output(self.mean_outputs.to(values.dtype), valid, values.shape[0])
+        return constant_attention_output(self._constants().to(values.dtype), values, valid)
+
+    # ------------------------------------------------------------------ the two paths
+
+    def _fast_path(self, call, values, valid):
+        B, T, H, d = values.shape
+        dynamic = None
+        if self.dynamic_heads:
+            dyn_values = values if len(self.dynamic_heads) == H else values[:, :, self.dynamic_heads]
+            dynamic = self.papa_dynamic_context(call, dyn_values)  # (B, T, D, d)
+        if self.mix_all_heads:
+            constant = constant_attention_output(self._constants().to(values.dtype), values, valid)
+            weight = self._mix_weights(values.dtype)[:, None]  # (H, 1)
+            return weight * dynamic + (1 - weight) * constant
+        if not self.static_heads:
+            return dynamic
+        if not self.dynamic_heads:
+            return self._replaced_output(values, valid)
+        replaced = self._replaced_output(values[:, :, self.static_heads], valid)
+        if valid is not None:  # the original re-normalises dynamic heads too: padded query rows become 0
+            dynamic = dynamic * valid[:, :, None, None]
+        context = values.new_empty(B, T, H, d)
+        context[:, :, self.dynamic_heads] = dynamic
+        context[:, :, self.static_heads] = replaced
+        return context
+
+    def _probabilities_path(self, call, values, valid):
+        B, T, H, d = values.shape
+        probs = values.new_zeros(B, H, T, T)
+        if self.dynamic_heads:
+            probs[:, self.dynamic_heads] = self.papa_scores(call).softmax(dim=-1).to(values.dtype)
+        if self.mix_all_heads:
+            weight = self._mix_weights(values.dtype)[:, None, None]  # (H, 1, 1)
+            probs = weight * probs + (1 - weight) * normalized_constant(self._constants().to(values.dtype), valid)
+        elif self.static_heads:
+            if self.head_mode == "constant":
+                probs[:, self.static_heads] = self._constants().to(probs.dtype)
+            probs = normalize_rows(probs, valid)  # mean-output heads keep all-zero rows: they do not attend
+        probs = F.dropout(probs, p=self.papa_dropout_p, training=self.training)
+        context = torch.matmul(probs, values.transpose(1, 2)).transpose(1, 2)  # (B, T, H, d)
+        if self.static_heads and self.head_mode == "mean_output":
+            context[:, :, self.static_heads] = self._replaced_output(values[:, :, self.static_heads], valid)
+        return context, probs
+
+    # ------------------------------------------------------------------ adapter defaults
+
+    def papa_band(self, seq_len):
+        return None

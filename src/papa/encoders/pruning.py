@@ -1,0 +1,37 @@
+"""Keeping the projection rows of some heads: the pruning every adapter needs."""
+
+import warnings
+
+import torch
+from torch import nn
+from transformers.pytorch_utils import prune_linear_layer
+
+
+def head_rows(heads, head_size, offset=0, stride=None):
+    """Row indices of `heads` in a projection whose head h owns rows offset + h·stride + [0, head_size)."""
+    stride = head_size if stride is None else stride
+    if not heads:
+        return torch.zeros(0, dtype=torch.long)
+    return torch.cat([torch.arange(offset + h * stride, offset + h * stride + head_size) for h in heads])
+
+
+def keep_rows(linear, rows):
+    """`linear` with only the output rows `rows`, in that order (a 0-row Linear when none remain)."""
+    if rows.numel() == 0:
+        with warnings.catch_warnings():  # "Initializing zero-element tensors is a no-op"
+            warnings.simplefilter("ignore", UserWarning)
+            empty = nn.Linear(linear.in_features, 0, bias=linear.bias is not None,
+                              device=linear.weight.device, dtype=linear.weight.dtype)
+        return empty.requires_grad_(linear.weight.requires_grad)
+    return prune_linear_layer(linear, rows.to(linear.weight.device))
+
+
+def keep_head_rows(linear, heads, head_size):
+    """`linear` (rows = heads × head_size) with only the rows of `heads`."""
+    return keep_rows(linear, head_rows(heads, head_size))
+
+
+def keep_bias(bias, rows):
+    """A (H·d,) bias parameter with only `rows`."""
+    kept = bias.detach()[rows.to(bias.device)].clone()
+    return nn.Parameter(kept, requires_grad=bias.requires_grad)

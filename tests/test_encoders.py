@@ -1,0 +1,366 @@
+"""Every encoder family against stock transformers and against an independent numpy computation.
+
+For each family (BERT, RoBERTa, XLM-R, CamemBERT, ELECTRA, DeBERTa v1, DeBERTa-v2 in two
+styles, ModernBERT with sliding-window layers) on tiny random models and padded batches:
+0 replaced heads = stock; one layer's probabilities and output recomputed head by head in numpy
+from the unpruned stock weights (replace and mix mode); fast path = probabilities path (outputs
+and gradients); λ → ±∞ limits; the exact attention of an example as constants reproduces the
+stock model on that example; pruned parameter counts; padding content is ignored.
+"""
+
+import copy
+import math
+
+import numpy as np
+import pytest
+import torch
+from torch.testing import assert_close
+
+import papa
+from papa.encoders import attention_modules
+from papa.errors import PapaError
+from tiny_encoders import FAMILY_NAMES, HIDDEN, H, L, T, padded_batch, tiny_model
+
+D_HEAD = HIDDEN // H
+SDPA_FAMILIES = [n for n in FAMILY_NAMES if not n.startswith("deberta")]  # DeBERTa has no sdpa in transformers 5
+
+
+def random_constants(seed=1):
+    return torch.rand(L, H, T, T, generator=torch.Generator().manual_seed(seed))
+
+
+def all_heads():
+    return [[layer, head] for layer in range(L) for head in range(H)]
+
+
+def run(model, ids, mask, **kwargs):
+    with torch.no_grad():
+        return model(input_ids=ids, attention_mask=mask, **kwargs)
+
+
+# ----------------------------------------------------------------------------- numpy references
+
+
+def softmax_rows(scores, allowed):
+    """Row softmax over allowed keys; a row with none allowed is uniform (stock eager behaviour)."""
+    out = np.zeros_like(scores)
+    for i in range(scores.shape[0]):
+        if not allowed[i].any():
+            out[i] = 1.0 / scores.shape[1]
+            continue
+        row = np.where(allowed[i], scores[i], -np.inf)
+        e = np.exp(row - row.max())
+        out[i] = e / e.sum()
+    return out
+
+
+def numpy_norm(x, valid, band=None):
+    """norm(X·P), P = m mᵀ (⊙ band), by a plain per-row loop."""
+    pattern = np.outer(valid, valid) * (1.0 if band is None else band)
+    x = np.asarray(x, dtype=np.float64) * pattern
+    out = np.zeros_like(x)
+    for i in range(x.shape[0]):
+        out[i] = x[i] / max(np.abs(x[i]).sum(), 1e-12)
+    return out
+
+
+def np_(t):
+    return t.detach().double().numpy().copy()
+
+
+def log_bucket(r, bucket_size, max_position):
+    """DeBERTa-v2's log-bucketed relative position, from its definition (sign-symmetric)."""
+    mid = bucket_size // 2
+    if abs(r) <= mid:
+        return r
+    return int(np.sign(r) * (math.ceil(math.log(abs(r) / mid) / math.log((max_position - 1) / mid) * (mid - 1)) + mid))
+
+
+def reference_layer(name, stock_attention, x, valid, captured):
+    """Stock probabilities (H, T, T), values (T, H, d) and the allowed-key band of one example's layer."""
+    a = stock_attention
+    n = x.shape[0]
+    allowed = np.outer(np.ones(n), valid) > 0  # keys that may be attended
+    band = None
+    if name.startswith("deberta"):
+        allowed = np.outer(valid, valid) > 0
+    if name in ("bert", "roberta", "xlm-roberta", "camembert", "electra"):
+        q = x @ np_(a.query.weight).T + np_(a.query.bias)
+        k = x @ np_(a.key.weight).T + np_(a.key.bias)
+        v = x @ np_(a.value.weight).T + np_(a.value.bias)
+        scores = [q[:, h * D_HEAD:(h + 1) * D_HEAD] @ k[:, h * D_HEAD:(h + 1) * D_HEAD].T / math.sqrt(D_HEAD)
+                  for h in range(H)]
+    elif name == "modernbert":
+        w = np_(a.Wqkv.weight)
+        qkv = x @ w.T + (np_(a.Wqkv.bias) if a.Wqkv.bias is not None else 0)
+        q, k, v = qkv[:, :HIDDEN], qkv[:, HIDDEN:2 * HIDDEN], qkv[:, 2 * HIDDEN:]
+        cos, sin = (np_(t)[0] for t in captured["position_embeddings"])  # (T, d)
+
+        def rotate(z):  # rotary embedding of one head's (T, d) block
+            half = z.shape[1] // 2
+            return z * cos + np.concatenate([-z[:, half:], z[:, :half]], axis=1) * sin
+
+        scores = []
+        for h in range(H):
+            sl = slice(h * D_HEAD, (h + 1) * D_HEAD)
+            scores.append(rotate(q[:, sl]) @ rotate(k[:, sl]).T / math.sqrt(D_HEAD))
+        if a.sliding_window is not None:
+            window = a.config.sliding_window
+            band = (np.abs(np.arange(n)[:, None] - np.arange(n)[None, :]) <= window).astype(float)
+            allowed = allowed & (band > 0)
+    elif name == "deberta":
+        w = np_(a.in_proj.weight)
+        rows = lambda h, part: slice(h * 3 * D_HEAD + part * D_HEAD, h * 3 * D_HEAD + (part + 1) * D_HEAD)
+        sf = 1 + len(a.pos_att_type)
+        s = math.sqrt(D_HEAD * sf)
+        span = min(n, a.max_relative_positions)
+        rel = np_(captured["rel_embeddings"])[a.max_relative_positions - span:a.max_relative_positions + span]
+        delta = np.clip(np.arange(n)[:, None] - np.arange(n)[None, :] + span, 0, 2 * span - 1)
+        v = np.concatenate([x @ w[rows(h, 2)].T for h in range(H)], axis=1) + np_(a.v_bias)
+        scores = []
+        for h in range(H):
+            sl = slice(h * D_HEAD, (h + 1) * D_HEAD)
+            q = (x @ w[rows(h, 0)].T + np_(a.q_bias)[sl]) / s
+            k = x @ w[rows(h, 1)].T
+            pos_k = rel @ np_(a.pos_proj.weight)[sl].T
+            pos_q = (rel @ np_(a.pos_q_proj.weight)[sl].T + np_(a.pos_q_proj.bias)[sl]) / s
+            c2p = np.einsum("id,ijd->ij", q, pos_k[delta])
+            p2c = np.einsum("jd,ijd->ij", k, pos_q[delta])
+            scores.append(q @ k.T + c2p + p2c)
+    else:  # deberta-v2
+        lin = lambda m: (x @ np_(m.weight).T + np_(m.bias))
+        q, k, v = lin(a.query_proj), lin(a.key_proj), lin(a.value_proj)
+        sf = 1 + len(a.pos_att_type)
+        s = math.sqrt(D_HEAD * sf)
+        rel = np_(captured["rel_embeddings"])
+        buckets, max_pos = a.position_buckets, a.max_relative_positions
+        r = np.array([[i - j if buckets <= 0 else log_bucket(i - j, buckets, max_pos) for j in range(n)]
+                      for i in range(n)])
+        span = a.pos_ebd_size
+        rel = rel[:2 * span]
+        pk_mod, pq_mod = (a.key_proj, a.query_proj) if a.share_att_key else (a.pos_key_proj, a.pos_query_proj)
+        pos_k = rel @ np_(pk_mod.weight).T + np_(pk_mod.bias)
+        pos_q = rel @ np_(pq_mod.weight).T + np_(pq_mod.bias)
+        c2p_index = np.clip(r + span, 0, 2 * span - 1)
+        p2c_index = np.clip(-r.T + span, 0, 2 * span - 1)  # [i, j] = clamp(-r[j, i] + span)
+        scores = []
+        for h in range(H):
+            sl = slice(h * D_HEAD, (h + 1) * D_HEAD)
+            c2p = np.einsum("id,ijd->ij", q[:, sl], pos_k[:, sl][c2p_index])
+            p2c = np.einsum("jd,ijd->ij", k[:, sl], pos_q[:, sl][p2c_index])
+            scores.append((q[:, sl] @ k[:, sl].T + c2p + p2c) / s)
+    probs = np.stack([softmax_rows(sc, allowed) for sc in scores])  # (H, T, T)
+    return probs, v.reshape(n, H, D_HEAD), band
+
+
+def capture_layer(model, layer_index):
+    """Records the inputs and outputs of one self-attention module's forward."""
+    module = attention_modules(model)[layer_index]
+    captured = {}
+
+    def hook(mod, args, kwargs, output):
+        captured["x"] = args[0]
+        captured["output"] = output
+        captured.update({k: v for k, v in kwargs.items() if k in ("position_embeddings", "rel_embeddings")})
+
+    module.register_forward_hook(hook, with_kwargs=True)
+    return captured
+
+
+# ----------------------------------------------------------------------------- tests
+
+
+@pytest.mark.parametrize("name", FAMILY_NAMES)
+def test_zero_replaced_heads_equals_stock(name):
+    ids, mask = padded_batch(name)
+    for impl in ["eager"] + (["sdpa"] if name in SDPA_FAMILIES else []):
+        stock = tiny_model(name, impl)
+        patched = papa.patch_model(copy.deepcopy(stock), random_constants())
+        assert_close(run(patched, ids, mask).logits, run(stock, ids, mask).logits, rtol=1e-5, atol=1e-6)
+        got = run(patched, ids, mask, output_attentions=True).attentions
+        want = run(tiny_model(name, "eager"), ids, mask, output_attentions=True).attentions
+        assert len(got) == L
+        for g, w in zip(got, want):
+            valid_rows = mask[:, None, :, None].expand_as(g) > 0  # padded query rows are implementation-defined
+            assert_close(g[valid_rows], w[valid_rows], rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("name", FAMILY_NAMES)
+@pytest.mark.parametrize("mode", ["replace", "mix"])
+def test_layer_against_independent_numpy(name, mode):
+    """One layer's attentions and output, recomputed head by head from the unpruned stock weights."""
+    layer_index = 1
+    model = tiny_model(name, "eager", head="base")
+    stock_attention = copy.deepcopy(attention_modules(model)[layer_index])
+    constants = random_constants()
+    static = {layer_index: [0, 2]}
+    lam = np.array([0.5, -1.0, 2.0, 0.0])
+    if mode == "mix":
+        papa.patch_model(model, constants, mix_all_heads=True)
+        with torch.no_grad():
+            attention_modules(model)[layer_index].lambdas.copy_(torch.tensor(lam))
+    else:
+        papa.patch_model(model, constants, static_heads=static)
+    captured = capture_layer(model, layer_index)
+    ids, mask = padded_batch(name)
+    with torch.no_grad():
+        model(input_ids=ids, attention_mask=mask, output_attentions=True)
+    output, probs = captured["output"]
+    for b in range(ids.shape[0]):
+        valid = mask[b].numpy().astype(np.float64)
+        stock_probs, v, band = reference_layer(name, stock_attention, np_(captured["x"][b]), valid, captured)
+        expected = np.zeros_like(stock_probs)
+        for h in range(H):
+            const = numpy_norm(constants[layer_index, h].numpy(), valid, band)
+            if mode == "mix":
+                weight = 1 / (1 + np.exp(-lam[h]))
+                expected[h] = weight * stock_probs[h] + (1 - weight) * const
+            elif h in static[layer_index]:
+                expected[h] = const
+            else:  # dynamic heads of a layer with constants: padded query rows zeroed
+                expected[h] = numpy_norm(stock_probs[h], valid)
+        real = valid > 0
+        if mode == "mix":  # padded query rows keep the stock softmax: compare real rows only
+            np.testing.assert_allclose(probs[b][:, real].numpy(), expected[:, real], rtol=1e-5, atol=1e-6)
+        else:
+            np.testing.assert_allclose(probs[b].numpy(), expected, rtol=1e-5, atol=1e-6)
+        context = np.einsum("hij,jhd->ihd", expected, v).reshape(T, HIDDEN)
+        if name == "modernbert":
+            module = attention_modules(model)[layer_index]
+            context = context @ np_(module.Wo.weight).T + (np_(module.Wo.bias) if module.Wo.bias is not None else 0)
+        np.testing.assert_allclose(output[b][real].numpy(), context[real], rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("name", FAMILY_NAMES)
+@pytest.mark.parametrize("heads", ["some", "all", "mix"])
+def test_fast_path_equals_probabilities_path_with_gradients(name, heads):
+    impl = "sdpa" if name in SDPA_FAMILIES else "eager"
+    model = tiny_model(name, impl, head="token")
+    if heads == "mix":
+        papa.patch_model(model, random_constants(), mix_all_heads=True)
+        with torch.no_grad():
+            for i, module in enumerate(attention_modules(model)):
+                module.lambdas.copy_(torch.linspace(-2, 2, H) * (i + 1))
+    else:
+        static = all_heads() if heads == "all" else [[0, 1], [2, 0], [2, 3], [1, 2], [1, 0]]
+        papa.patch_model(model, random_constants(), static_heads=static)
+    ids, mask = padded_batch(name)
+    fast = model(input_ids=ids, attention_mask=mask)  # eval mode: no dropout, autograd on
+    slow = model(input_ids=ids, attention_mask=mask, output_attentions=True)
+    assert slow.attentions is not None and len(slow.attentions) == L
+    real = mask > 0
+    assert_close(fast.logits[real], slow.logits[real], rtol=1e-5, atol=1e-5)
+    fast.logits[real].sum().backward()
+    fast_grads = {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
+    model.zero_grad()
+    slow.logits[real].sum().backward()
+    for n, p in model.named_parameters():
+        if p.grad is not None:
+            assert_close(fast_grads[n], p.grad, rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("name", FAMILY_NAMES)
+def test_mix_limits(name):
+    ids, mask = padded_batch(name)
+    stock = tiny_model(name)
+    mixed = papa.patch_model(copy.deepcopy(stock), random_constants(), mix_all_heads=True)
+    constant = papa.patch_model(copy.deepcopy(stock), random_constants(), static_heads=all_heads())
+    for big, reference in [(50.0, stock), (-50.0, constant)]:
+        with torch.no_grad():
+            for module in attention_modules(mixed):
+                module.lambdas.fill_(big)
+        assert_close(run(mixed, ids, mask).logits, run(reference, ids, mask).logits, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("name", FAMILY_NAMES)
+def test_exact_attention_as_constants_reproduces_the_example(name):
+    """With every head constant and C = the stock attention of one example, the model is the stock
+    model on that example (padded or not: real positions agree)."""
+    stock = tiny_model(name, head="token")
+    for lengths in [(T,), (8,)]:
+        ids, mask = padded_batch(name, lengths=lengths)
+        reference = run(stock, ids, mask, output_attentions=True)
+        exact = torch.stack([a[0] for a in reference.attentions])  # (L, H, T, T)
+        patched = papa.patch_model(copy.deepcopy(stock), exact, static_heads=all_heads())
+        real = mask > 0
+        assert_close(run(patched, ids, mask).logits[real], reference.logits[real], rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("name", FAMILY_NAMES)
+def test_padding_content_is_ignored(name):
+    for kwargs in [dict(static_heads=[[0, 0], [1, 1], [1, 2]]), dict(mix_all_heads=True), {}]:
+        model = papa.patch_model(tiny_model(name, head="token"), random_constants(), **kwargs)
+        ids, mask = padded_batch(name)
+        other = ids.clone()
+        other[mask == 0] = 7
+        assert_close(run(model, ids, mask).logits[mask == 1], run(model, other, mask).logits[mask == 1],
+                     rtol=1e-5, atol=1e-6)
+
+
+def expected_pruned(name, model, static_per_layer):
+    """Parameters that replacing `static_per_layer` heads in each layer must remove, by family."""
+    d, hidden = D_HEAD, HIDDEN
+    total = 0
+    for layer, count in enumerate(static_per_layer):
+        attention = attention_modules(model)[layer]
+        if name in ("bert", "roberta", "xlm-roberta", "camembert", "electra"):
+            total += count * 2 * d * (hidden + 1)  # Q and K rows with biases
+        elif name == "modernbert":
+            total += count * 2 * d * (hidden + (1 if attention.Wqkv.bias is not None else 0))
+        elif name == "deberta":
+            # in_proj Q, K rows (no bias), q_bias, pos_proj rows (no bias), pos_q_proj rows + bias
+            total += count * (2 * d * hidden + d + d * hidden + d * (hidden + 1))
+        else:
+            total += count * 2 * d * (hidden + 1)
+            if not attention.share_att_key:
+                total += count * 2 * d * (hidden + 1)  # pos_key_proj and pos_query_proj rows
+    return total
+
+
+@pytest.mark.parametrize("name", FAMILY_NAMES)
+def test_pruned_parameter_counts_and_all_constant_layers_skip_qk(name):
+    stock = tiny_model(name)
+    static = {0: [1, 3], 2: [0, 1, 2, 3]}
+    patched = papa.patch_model(copy.deepcopy(stock), random_constants(), static_heads=static)
+    count = lambda m: sum(p.numel() for n, p in m.named_parameters() if "constant_matrices" not in n)
+    assert count(stock) - count(patched) == expected_pruned(name, stock, [2, 0, 4])
+    assert attention_modules(patched)[2].constant_matrices.shape == (H, T, T)
+    # an all-constant layer computes no query, key or position projection
+    module = attention_modules(patched)[2]
+    calls = []
+    for sub in module.modules():
+        if isinstance(sub, torch.nn.Linear) and sub.out_features < HIDDEN:
+            sub.register_forward_hook(lambda *a: calls.append(1))
+    ids, mask = padded_batch(name)
+    run(patched, ids, mask)
+    run(patched, ids, mask, output_attentions=True)
+    assert calls == []
+
+
+def test_modernbert_constant_heads_stay_inside_the_sliding_window():
+    model = papa.patch_model(tiny_model("modernbert"), torch.ones(L, H, T, T), static_heads=all_heads())
+    ids, mask = padded_batch("modernbert")
+    attentions = run(model, ids, mask, output_attentions=True).attentions
+    window = model.config.sliding_window
+    outside = (torch.arange(T)[:, None] - torch.arange(T)[None, :]).abs() > window
+    for layer, module in enumerate(attention_modules(model)):
+        if module.sliding_window is not None:
+            assert attentions[layer][..., outside].abs().max() == 0
+        else:
+            assert attentions[layer][0][..., outside].abs().min() > 0  # a global layer spreads everywhere
+
+
+def test_deberta_talking_head_is_a_clear_error():
+    from transformers import DebertaConfig, DebertaModel
+
+    config = DebertaConfig(vocab_size=50, hidden_size=16, num_hidden_layers=1, num_attention_heads=2,
+                           intermediate_size=16, talking_head=True)
+    with pytest.raises(PapaError, match="talking_head"):
+        papa.patch_model(DebertaModel(config), torch.rand(1, 2, 4, 4), static_heads=[[0, 0]])
+
+
+def test_unsupported_model_lists_the_supported_types():
+    from transformers import GPT2Config, GPT2Model
+
+    with pytest.raises(PapaError, match="deberta-v2.*modernbert|modernbert.*deberta"):
+        papa.patch_model(GPT2Model(GPT2Config(n_layer=1, n_head=2, n_embd=8)), random_constants())
