@@ -1,5 +1,6 @@
 """Attention averaging against a direct computation, and across processes."""
 
+import copy
 import os
 
 import numpy as np
@@ -11,6 +12,8 @@ from torch.testing import assert_close
 from transformers import BertConfig, BertModel
 
 from papa.averaging import AttentionAverager, accumulate_attention, shard
+from tiny_encoders import FAMILY_NAMES, H as FH, L as FL, T as FT
+from tiny_encoders import padded_batch as family_batch, tiny_model as tiny_family_model
 
 L, H, T = 2, 3, 8
 
@@ -117,7 +120,8 @@ def _worker(rank, world_size, port, out_dir):
     try:
         model = tiny_eager_model()
         ids, mask = examples()
-        averager = accumulate_attention(model, batches(ids, mask, 4, shard(len(ids), rank, world_size)), T)
+        averager = accumulate_attention(model, batches(ids, mask, 4, shard(len(ids), rank, world_size)), T,
+                                        mean_outputs=True)
         averager.all_reduce()
         if rank == 0:
             averager.save(out_dir)
@@ -139,7 +143,75 @@ def test_multi_process_average_equals_single_process(tmp_path, world_size):
     mp.spawn(_worker, args=(world_size, _free_port(), str(tmp_path)), nprocs=world_size, join=True)
     model = tiny_eager_model()
     ids, mask = examples()
-    single = accumulate_attention(model, batches(ids, mask, 4), T)
+    single = accumulate_attention(model, batches(ids, mask, 4), T, mean_outputs=True)
     assert torch.load(tmp_path / "count.pt") == len(ids)  # 11 examples over 2 or 3 ranks: none duplicated
     assert_close(torch.load(tmp_path / "avgs.pt", weights_only=True), single.averages())
+    assert_close(torch.load(tmp_path / "mean_outputs.pt", weights_only=True), single.mean_outputs())
     assert_close(torch.load(tmp_path / "attention_sums.pt", weights_only=True), single.attention_sums.float())
+
+
+def test_mean_outputs_equal_direct_computation(tmp_path):
+    """Each head's mean context vector A·V per position, example by example in numpy from the hidden states."""
+    model = tiny_eager_model()
+    ids, mask = examples()
+    averager = accumulate_attention(model, batches(ids, mask, 4), T, mean_outputs=True)
+    d = 12 // H
+    sums, counts = np.zeros((L, H, T, d)), np.zeros(T)
+    with torch.no_grad():
+        for i in range(len(ids)):
+            out = model(ids[i : i + 1], attention_mask=mask[i : i + 1], output_attentions=True, output_hidden_states=True)
+            m = mask[i].numpy().astype(np.float64)
+            counts += m
+            for layer in range(L):
+                x = out.hidden_states[layer][0].numpy().astype(np.float64)
+                value = model.encoder.layer[layer].attention.self.value
+                v = x @ value.weight.numpy().T.astype(np.float64) + value.bias.numpy()
+                for h in range(H):
+                    context = out.attentions[layer][0, h].numpy().astype(np.float64) @ v[:, h * d : (h + 1) * d]
+                    sums[layer, h] += context * m[:, None]
+    expected = np.divide(sums, counts[:, None], out=np.zeros_like(sums), where=counts[:, None] > 0)
+    np.testing.assert_allclose(averager.mean_outputs().numpy(), expected, rtol=1e-5, atol=1e-6)
+    averager.save(tmp_path)
+    assert torch.load(tmp_path / "mean_outputs.pt", weights_only=True).shape == (L, H, T, d)
+
+
+@pytest.mark.parametrize("name", FAMILY_NAMES)
+def test_every_family_averages_equal_direct_computation(name):
+    """Stock sdpa models are averaged too (switched to eager for the pass, then restored)."""
+    impl = "eager" if name.startswith("deberta") else "sdpa"
+    model = tiny_family_model(name, impl, head="base")
+    ids, mask = family_batch(name, lengths=(FT, 7, 3, 9, 1))
+    averager = accumulate_attention(model, batches(ids, mask, 2), FT)
+    assert model.config._attn_implementation == impl
+    reference = tiny_family_model(name, "eager", head="base")
+    sums, patterns = np.zeros((FL, FH, FT, FT)), np.zeros((FT, FT))
+    with torch.no_grad():
+        for i in range(len(ids)):
+            att = reference(input_ids=ids[i : i + 1], attention_mask=mask[i : i + 1], output_attentions=True).attentions
+            p = np.outer(mask[i].numpy(), mask[i].numpy()).astype(np.float64)
+            patterns += p
+            for layer in range(FL):
+                sums[layer] += att[layer][0].numpy().astype(np.float64) * p
+    np.testing.assert_allclose(averager.attention_sums.numpy(), sums, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(averager.pattern_sums.numpy(), patterns)
+    # no hook is left behind: a later forward records nothing
+    before = averager.attention_sums.clone()
+    with torch.no_grad():
+        model(input_ids=ids, attention_mask=mask)
+    assert torch.equal(before, averager.attention_sums)
+
+
+@pytest.mark.parametrize("name", FAMILY_NAMES)
+def test_mean_outputs_of_one_example_reproduce_it(name):
+    """Every head outputting its mean context vector over a single example is the stock model on it."""
+    from papa import patch_model
+
+    stock = tiny_family_model(name, "eager", head="token")
+    ids, mask = family_batch(name, lengths=(8,))
+    means = accumulate_attention(stock, batches(ids, mask, 1), FT, mean_outputs=True).mean_outputs()
+    everything = [[layer, head] for layer in range(FL) for head in range(FH)]
+    ablated = patch_model(copy.deepcopy(stock), static_heads=everything, mean_outputs=means)
+    with torch.no_grad():
+        got = ablated(input_ids=ids, attention_mask=mask).logits
+        want = stock(input_ids=ids, attention_mask=mask).logits
+    assert_close(got[mask == 1], want[mask == 1], rtol=1e-5, atol=1e-5)

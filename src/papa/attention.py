@@ -98,9 +98,9 @@ def static_heads_by_layer(static_heads, num_layers, num_heads):
     return {layer: sorted(heads) for layer, heads in sorted(by_layer.items())}
 
 
-def head_dim(model):
-    """Per-head size d of the model's attention (DeBERTa-v2 configs may set it apart from hidden/heads)."""
-    config = model.config
+def head_dim(config_or_model):
+    """Per-head size d of the attention (DeBERTa-v2 configs may set it apart from hidden/heads)."""
+    config = getattr(config_or_model, "config", config_or_model)
     return getattr(config, "attention_head_size", None) or config.hidden_size // config.num_attention_heads
 
 

@@ -6,44 +6,74 @@ For every batch with padding mask m, P[b, i, j] = m_i · m_j and
     patterns[i, j]   += Σ_b P[b, i, j]
     avgs             = sums / patterns   (0 where patterns is 0)
 
-exactly the original's `attention_sums.pt`, `attention_patterns_sums.pt` and `avgs.pt`. The sums
-live in float64 so hundreds of thousands of examples lose nothing; each layer's batch is reduced
-on the fly, so no [B, L, H, T, T] tensor is built and memory does not grow with the data.
+exactly the original's `attention_sums.pt`, `attention_patterns_sums.pt` and `avgs.pt`. Optionally
+(the mean-ablation control) also each head's mean output, its context vector A·V per position:
+
+    output_sums[l, h, i] += Σ_b m_i · (A V)[b, l, h, i]      mean_outputs = output_sums / Σ_b m_i
+
+The statistics are accumulated *inside* the forward, by hooks on each layer's attention module
+(and on the projection that reads the heads' outputs), so no layer's probabilities outlive that
+layer and peak memory does not grow with the number of layers; HF is never asked to collect
+`output_attentions`. The sums live in float64 so hundreds of thousands of examples lose nothing.
 Across processes (torchrun / accelerate), every process sees a disjoint shard of the examples
 (no sampler padding, so nothing is counted twice) and the sums are all-reduced.
 """
 
 import os
+from contextlib import contextmanager
 
 import torch
 import torch.distributed as dist
 
+from .attention import head_dim
+from .constant_math import padding_pattern
+from .encoders import PapaAttention, accepts_token_type_ids, attention_modules, family_for
+from .errors import PapaError
 from .io import save_tensor
 
 
 class AttentionAverager:
-    """Streaming, float64 sums of pattern-masked attention probabilities."""
+    """Streaming, float64 sums of pattern-masked attention probabilities (and, optionally, head outputs)."""
 
-    def __init__(self, num_layers, num_heads, seq_len, device="cpu"):
+    def __init__(self, num_layers, num_heads, seq_len, device="cpu", head_dim=None):
         self.attention_sums = torch.zeros(num_layers, num_heads, seq_len, seq_len, dtype=torch.float64, device=device)
         self.pattern_sums = torch.zeros(seq_len, seq_len, dtype=torch.float64, device=device)
+        self.output_sums = None
+        if head_dim is not None:
+            self.output_sums = torch.zeros(num_layers, num_heads, seq_len, head_dim, dtype=torch.float64, device=device)
         self.num_examples = 0
 
     @torch.no_grad()
-    def update(self, attentions, attention_mask):
-        """attentions: L tensors (B, H, T, T); attention_mask: (B, T) with 1 for real tokens."""
-        valid = attention_mask.to(attentions[0].dtype)
-        pattern = valid[:, :, None] * valid[:, None, :]  # (B, T, T)
-        self.pattern_sums += pattern.sum(0, dtype=torch.float64)
-        for layer, probs in enumerate(attentions):
-            self.attention_sums[layer] += torch.einsum("bhij,bij->hij", probs, pattern).double()
+    def add_batch(self, attention_mask):
+        """Count a batch's padding pattern; attention_mask: (B, T) with 1 for real tokens."""
+        valid = attention_mask.to(self.pattern_sums.device, torch.float32)
+        self.pattern_sums += (valid[:, :, None] * valid[:, None, :]).sum(0, dtype=torch.float64)
         self.num_examples += attention_mask.shape[0]
+
+    @torch.no_grad()
+    def add_attention(self, layer, probs, valid):
+        """probs: (B, H, T, T) of one layer; valid: (B, T) float."""
+        self.attention_sums[layer] += (probs * padding_pattern(valid.to(probs.dtype))).sum(0).double()
+
+    @torch.no_grad()
+    def add_outputs(self, layer, context, valid):
+        """context: (B, T, H, d) head outputs of one layer; valid: (B, T) float."""
+        masked = (context * valid.to(context.dtype)[:, :, None, None]).sum(0)  # (T, H, d)
+        self.output_sums[layer] += masked.transpose(0, 1).double()
+
+    def update(self, attentions, attention_mask):
+        """All layers at once: attentions are L tensors (B, H, T, T); attention_mask: (B, T)."""
+        self.add_batch(attention_mask)
+        valid = attention_mask.float()
+        for layer, probs in enumerate(attentions):
+            self.add_attention(layer, probs, valid)
 
     def all_reduce(self):
         """Sum the statistics of every process (no-op without torch.distributed)."""
         if dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1:
-            dist.all_reduce(self.attention_sums)
-            dist.all_reduce(self.pattern_sums)
+            for tensor in (self.attention_sums, self.pattern_sums, self.output_sums):
+                if tensor is not None:
+                    dist.all_reduce(tensor)
             count = torch.tensor([self.num_examples], dtype=torch.float64, device=self.pattern_sums.device)
             dist.all_reduce(count)
             self.num_examples = int(count.item())
@@ -51,16 +81,28 @@ class AttentionAverager:
 
     def averages(self):
         """avgs [L, H, T, T] in float32; positions never seen together are 0, not NaN."""
-        seen = self.pattern_sums > 0
-        safe = torch.where(seen, self.pattern_sums, torch.ones_like(self.pattern_sums))
-        return torch.where(seen, self.attention_sums / safe, torch.zeros_like(self.attention_sums)).float()
+        return _safe_divide(self.attention_sums, self.pattern_sums).float()
+
+    def mean_outputs(self):
+        """mean head outputs [L, H, T, d] in float32; positions never seen are 0."""
+        if self.output_sums is None:
+            raise PapaError("mean head outputs were not recorded (accumulate_attention(..., mean_outputs=True))")
+        counts = self.pattern_sums.diagonal()[:, None]  # (T, 1): Σ_b m_i
+        return _safe_divide(self.output_sums, counts).float()
 
     def save(self, output_dir):
-        """Write the three original files (float32), each atomically."""
+        """Write the three original files (float32), and mean_outputs.pt when recorded, each atomically."""
         os.makedirs(output_dir, exist_ok=True)
         save_tensor(self.attention_sums.float().cpu(), os.path.join(output_dir, "attention_sums.pt"))
         save_tensor(self.pattern_sums.float().cpu(), os.path.join(output_dir, "attention_patterns_sums.pt"))
         save_tensor(self.averages().cpu(), os.path.join(output_dir, "avgs.pt"))
+        if self.output_sums is not None:
+            save_tensor(self.mean_outputs().cpu(), os.path.join(output_dir, "mean_outputs.pt"))
+
+
+def _safe_divide(sums, counts):
+    seen = counts > 0
+    return torch.where(seen, sums / torch.where(seen, counts, torch.ones_like(counts)), torch.zeros_like(sums))
 
 
 def distributed_context():
@@ -85,24 +127,88 @@ def shard(num_examples, rank, world_size):
     return list(range(rank, num_examples, world_size))
 
 
+@contextmanager
+def recording(encoder, averager, valid_of_batch, mean_outputs):
+    """Hooks that hand each layer's probabilities (and head outputs) to `averager` as the forward runs.
+
+    Stock modules return their probabilities under eager attention (DeBERTa only when asked, so
+    its flag is set per call); sdpa models are switched to eager for the duration. Patched
+    modules are told to return theirs. Everything is restored on exit.
+    """
+    family = family_for(encoder)
+    modules = attention_modules(encoder)
+    handles, patched = [], [m for m in modules if isinstance(m, PapaAttention)]
+    implementation = getattr(encoder.config, "_attn_implementation", None)
+    switch = not patched and implementation not in (None, "eager")
+    if switch:
+        encoder.set_attn_implementation("eager")
+
+    def ask_for_probs(module, args, kwargs):  # DeBERTa: forward(hidden, mask, output_attentions, ...)
+        if "output_attentions" in kwargs or len(args) < 3:
+            kwargs["output_attentions"] = True
+        else:
+            args = args[:2] + (True,) + args[3:]
+        return args, kwargs
+
+    def attention_hook(layer):
+        def hook(module, args, output):
+            probs = output[1] if isinstance(output, tuple) and len(output) > 1 else None
+            if probs is None:
+                raise PapaError(f"layer {layer} returned no attention probabilities: load the model with "
+                                "attn_implementation='eager'")
+            averager.add_attention(layer, probs, valid_of_batch())
+        return hook
+
+    def output_hook(layer, num_heads):
+        def hook(module, args):
+            context = args[0]  # (B, T, H·d): the heads' outputs, concatenated
+            averager.add_outputs(layer, context.view(*context.shape[:2], num_heads, -1), valid_of_batch())
+        return hook
+
+    try:
+        for module in patched:
+            module.papa_return_probs = True
+        for layer, module in enumerate(modules):
+            if family.probs_need_flag and not isinstance(module, PapaAttention):
+                handles.append(module.register_forward_pre_hook(ask_for_probs, with_kwargs=True))
+            handles.append(module.register_forward_hook(attention_hook(layer)))
+        if mean_outputs:
+            for layer, projection in enumerate(family.output_projections(encoder)):
+                handles.append(projection.register_forward_pre_hook(output_hook(layer, encoder.config.num_attention_heads)))
+        yield
+    finally:
+        for handle in handles:
+            handle.remove()
+        for module in patched:
+            module.papa_return_probs = False
+        if switch:
+            encoder.set_attn_implementation(implementation)
+
+
 @torch.no_grad()
-def accumulate_attention(model, batches, seq_len, device="cpu", progress=None):
-    """Run `model` (any BERT/RoBERTa) over `batches` in eval mode and average its attention.
+def accumulate_attention(model, batches, seq_len, device="cpu", progress=None, mean_outputs=False):
+    """Run `model` (any supported encoder, stock or PAPA-patched) over `batches` in eval mode and
+    average its attention (and, with `mean_outputs`, its heads' outputs).
 
     batches yield dicts with input_ids, attention_mask (and token_type_ids); every batch must be
     padded to `seq_len`. Returns an `AttentionAverager` with this process's sums (call
-    `all_reduce()` for the global ones). Stock models must be loaded with
-    attn_implementation="eager" (sdpa returns no probabilities); PAPA-patched ones work either way.
+    `all_reduce()` for the global ones).
     """
     config = model.config
-    averager = AttentionAverager(config.num_hidden_layers, config.num_attention_heads, seq_len, device)
+    averager = AttentionAverager(config.num_hidden_layers, config.num_attention_heads, seq_len, device,
+                                 head_dim(config) if mean_outputs else None)
     encoder = model.base_model.eval()
-    for batch in batches:
-        inputs = {k: batch[k].to(device) for k in ("input_ids", "attention_mask", "token_type_ids") if k in batch}
-        if inputs["input_ids"].shape[1] != seq_len:
-            raise ValueError(f"batch has length {inputs['input_ids'].shape[1]}, expected padding to {seq_len}")
-        # not bound to a name: the previous batch's attentions must not outlive its update
-        averager.update(encoder(**inputs, output_attentions=True, return_dict=True).attentions, inputs["attention_mask"])
-        if progress is not None:
-            progress.update(1)
+    takes_token_types = accepts_token_type_ids(encoder)
+    current = {}
+    with recording(encoder, averager, lambda: current["valid"], mean_outputs):
+        for batch in batches:
+            keys = ("input_ids", "attention_mask") + (("token_type_ids",) if takes_token_types else ())
+            inputs = {k: batch[k].to(device) for k in keys if k in batch}
+            if inputs["input_ids"].shape[1] != seq_len:
+                raise ValueError(f"batch has length {inputs['input_ids'].shape[1]}, expected padding to {seq_len}")
+            averager.add_batch(inputs["attention_mask"])
+            current["valid"] = inputs["attention_mask"].float()
+            encoder(**inputs, return_dict=True)
+            if progress is not None:
+                progress.update(1)
     return averager

@@ -1,6 +1,6 @@
 """Loading, training modes, and save/reload of PAPA models.
 
-`build_model` assembles what a script trains: an HF BERT/RoBERTa model, PAPA-patched, optionally
+`build_model` assembles what a script trains: an HF encoder of a supported family, PAPA-patched, optionally
 behind a freeze-extract probe. Everything needed to rebuild it is recorded in `config.papa`, so
 `load_papa_model(folder)` restores a saved model — pruned Q/K, constant matrices, lambdas and
 probe included — to identical logits, which HF's `from_pretrained` alone cannot do.
@@ -14,7 +14,7 @@ import torch
 import transformers
 from safetensors.torch import load_file, save_file
 
-from .attention import patch_model
+from .attention import head_dim, patch_model
 from .errors import PapaError
 from .io import atomic_path
 from .poolers import FreezeExtractForSequenceClassification, FreezeExtractForTokenClassification
@@ -66,18 +66,21 @@ def build_model(
     mix_all_heads=False,
     freeze_extract_seq_len=None,
     cache_dir=None,
+    mean_outputs=None,
 ):
     """An HF model (`model_class`, e.g. "BertForSequenceClassification" or an Auto class name)
     loaded from `model_name_or_path` (or randomly initialised from `config` when None), patched
-    when constant matrices are given, and wrapped in a freeze-extract probe when
-    `freeze_extract_seq_len` is set. `config.papa` records all of it."""
+    when constant matrices (or, for the mean-ablation control, mean head outputs) are given, and
+    wrapped in a freeze-extract probe when `freeze_extract_seq_len` is set. `config.papa` records
+    all of it."""
     cls = getattr(transformers, model_class)
     if model_name_or_path is None:
         model = cls.from_config(config) if hasattr(cls, "from_config") else cls(config)
     else:
         model = cls.from_pretrained(model_name_or_path, config=config, cache_dir=cache_dir)
-    if constant_matrices is not None:
-        patch_model(model, constant_matrices, static_heads=static_heads, mix_all_heads=mix_all_heads)
+    if constant_matrices is not None or mean_outputs is not None:
+        patch_model(model, constant_matrices, static_heads=static_heads, mix_all_heads=mix_all_heads,
+                    mean_outputs=mean_outputs)
     if freeze_extract_seq_len is not None:
         kind = "token" if "TokenClassification" in type(model).__name__ else "sequence"
         return PROBES[kind](model, freeze_extract_seq_len)
@@ -106,12 +109,15 @@ def load_papa_model(path, device="cpu"):
     if "model_class" not in papa:
         raise PapaError(f"{path}/config.json has no 'papa' section: not a PAPA model folder")
     config.papa = None
-    constants = None
-    if "seq_len" in papa:
-        t = papa["seq_len"]
-        constants = torch.zeros(config.num_hidden_layers, config.num_attention_heads, t, t)
+    constants = means = None
+    if "seq_len" in papa:  # placeholders of the right shapes; the state dict fills them
+        t, shape = papa["seq_len"], (config.num_hidden_layers, config.num_attention_heads)
+        if papa.get("head_mode", "constant") == "mean_output":
+            means = torch.zeros(*shape, t, head_dim(config))
+        else:
+            constants = torch.zeros(*shape, t, t)
     model = build_model(papa["model_class"], config, None, constants, papa.get("static_heads"),
-                        papa.get("mix_all_heads", False))
+                        papa.get("mix_all_heads", False), mean_outputs=means)
     probe = papa.get("probe")
     if probe:
         model = PROBES[probe["kind"]](model, probe["seq_len"])

@@ -5,7 +5,9 @@ the whole network computes rather than what the last layer happens to expose:
 
 - sequence tasks: for each hidden state s, a learned weighting over positions
   Σ_i W[s, i] · m_i · h[s, i]  (W initialised to 1/T), the L+1 vectors concatenated
-  → Linear((L+1)·H → H) → tanh → (BERT: dropout) → Linear(H → num_labels);
+  → Linear((L+1)·H → H) → tanh → dropout → Linear(H → num_labels), the dropout as the original's
+  model of that family had it (BERT, ELECTRA: classifier_dropout or hidden_dropout_prob; DeBERTa:
+  cls_dropout or hidden_dropout_prob; RoBERTa, XLM-R, CamemBERT: none; see papa.encoders);
 - token tasks: each token's L+1 hidden states concatenated → Linear((L+1)·H → H) → tanh
   → Linear(H → num_labels).
 
@@ -17,6 +19,7 @@ from torch import nn
 from torch.nn import CrossEntropyLoss, MSELoss
 from transformers.modeling_outputs import SequenceClassifierOutput, TokenClassifierOutput
 
+from .encoders import accepts_token_type_ids, family_for
 from .errors import PapaError
 
 
@@ -65,7 +68,7 @@ class FreezeExtractTokenHead(nn.Module):
 
 
 class _Probe(nn.Module):
-    """An HF encoder (kept under its usual name, `bert` / `roberta`) with a freeze-extract head."""
+    """An HF encoder (kept under its usual name: `bert`, `roberta`, `deberta`, `model`, ...) with a freeze-extract head."""
 
     def __init__(self, model, kind, seq_len):
         super().__init__()
@@ -78,32 +81,31 @@ class _Probe(nn.Module):
         if getattr(encoder, "pooler", None) is not None:
             encoder.pooler = None  # BERT's [CLS] pooler is replaced by the freeze-extract head
         setattr(self, self.base_model_prefix, encoder)
+        # ModernBERT's encoder takes no token types; the tokenizer may still produce them
+        self._takes_token_types = accepts_token_type_ids(encoder)
 
     @property
     def base_model(self):
         return getattr(self, self.base_model_prefix)
 
     def hidden_states(self, input_ids, attention_mask, token_type_ids):
+        extra = {"token_type_ids": token_type_ids} if self._takes_token_types and token_type_ids is not None else {}
         outputs = self.base_model(
-            input_ids=input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids,
-            output_hidden_states=True, return_dict=True,
+            input_ids=input_ids, attention_mask=attention_mask, output_hidden_states=True, return_dict=True, **extra
         )
         return outputs.hidden_states  # L+1 tensors (B, T, H)
 
 
 class FreezeExtractForSequenceClassification(_Probe):
-    """Sequence probe: BERT applies dropout before the classifier; RoBERTa feeds it straight in."""
+    """Sequence probe: dropout before the classifier as the family's original model had it (papa.encoders)."""
 
     def __init__(self, model, seq_len):
         super().__init__(model, "sequence", int(seq_len))
         config = model.config
         self.num_labels = config.num_labels
         self.pooler = FreezeExtractPooler(config, seq_len)
-        if config.model_type == "bert":
-            dropout = config.classifier_dropout if config.classifier_dropout is not None else config.hidden_dropout_prob
-            self.dropout = nn.Dropout(dropout)
-        else:
-            self.dropout = nn.Identity()
+        probe_dropout = family_for(config).probe_dropout
+        self.dropout = nn.Identity() if probe_dropout is None else nn.Dropout(probe_dropout(config))
         self.classifier = _init_linear(nn.Linear(config.hidden_size, config.num_labels), config)
 
     def forward(self, input_ids=None, attention_mask=None, token_type_ids=None, labels=None, **kwargs):

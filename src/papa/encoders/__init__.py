@@ -5,6 +5,7 @@ patches it (papa/encoders/<family>.py), and the few traits the probes need. Addi
 family (same self-attention design as BERT) is one `register(...)` line below.
 """
 
+import inspect
 from dataclasses import dataclass
 from typing import Callable
 
@@ -31,21 +32,31 @@ class Family:
     stock_class: type  # the stock self-attention module of every layer
     patched_class: type  # stock_class with the family's PAPA adapter mixed in
     attention_modules: Callable  # base model → its self-attention modules, one per layer
+    output_projections: Callable  # base model → per layer, the Linear that reads the heads' concatenated outputs
     probe_dropout: Callable | None  # config → dropout before the sequence probe's classifier (None: none)
     position_offset: bool  # RoBERTa-style position ids: the first pad_token_id + 1 positions are reserved
+    probs_need_flag: bool  # the stock module returns probabilities only when its output_attentions argument is set
 
 
 def _bert_like_layers(base):
     return [layer.attention.self for layer in base.encoder.layer]
 
 
+def _bert_like_outputs(base):
+    return [layer.attention.output.dense for layer in base.encoder.layer]
+
+
 def _modernbert_layers(base):
     return [layer.attn for layer in base.layers]
 
 
+def _modernbert_outputs(base):
+    return [layer.attn.Wo for layer in base.layers]
+
+
 def _classifier_dropout(config):
     value = getattr(config, "classifier_dropout", None)
-    return config.hidden_dropout_prob if value is None else value
+    return getattr(config, "hidden_dropout_prob", 0.0) if value is None else value
 
 
 def _cls_dropout(config):  # the original's DeBERTa: `cls_dropout`, else hidden_dropout_prob
@@ -56,13 +67,14 @@ def _cls_dropout(config):  # the original's DeBERTa: `cls_dropout`, else hidden_
 FAMILIES: dict[str, Family] = {}
 
 
-def register(model_type, stock_class, adapter, layers=_bert_like_layers, probe_dropout=_classifier_dropout,
-             position_offset=False, class_name=None):
+def register(model_type, stock_class, adapter, layers=_bert_like_layers, outputs=_bert_like_outputs,
+             probe_dropout=_classifier_dropout, position_offset=False, probs_need_flag=False, class_name=None):
     """Make `model_type` patchable: its layers' `stock_class` modules get `adapter` mixed in."""
     name = class_name or f"Papa{stock_class.__name__}"
     patched = type(name, (adapter, stock_class), {"__module__": __name__, "__qualname__": name})
     globals()[name] = patched  # importable by name, so patched models pickle
-    FAMILIES[model_type] = Family(model_type, stock_class, patched, layers, probe_dropout, position_offset)
+    FAMILIES[model_type] = Family(model_type, stock_class, patched, layers, outputs, probe_dropout, position_offset,
+                                  probs_need_flag)
 
 
 register("bert", BertSelfAttention, PapaBertLikeAttention)
@@ -70,11 +82,12 @@ register("roberta", RobertaSelfAttention, PapaBertLikeAttention, probe_dropout=N
 register("xlm-roberta", XLMRobertaSelfAttention, PapaBertLikeAttention, probe_dropout=None, position_offset=True)
 register("camembert", CamembertSelfAttention, PapaBertLikeAttention, probe_dropout=None, position_offset=True)
 register("electra", ElectraSelfAttention, PapaBertLikeAttention)
-register("deberta", DebertaSelfAttention, PapaDebertaAttention, probe_dropout=_cls_dropout,
+register("deberta", DebertaSelfAttention, PapaDebertaAttention, probe_dropout=_cls_dropout, probs_need_flag=True,
          class_name="PapaDebertaSelfAttention")
 register("deberta-v2", DebertaV2SelfAttention, PapaDebertaV2Attention, probe_dropout=_cls_dropout,
-         class_name="PapaDebertaV2SelfAttention")
-register("modernbert", ModernBertAttention, PapaModernBertAttention, layers=_modernbert_layers)
+         probs_need_flag=True, class_name="PapaDebertaV2SelfAttention")
+register("modernbert", ModernBertAttention, PapaModernBertAttention, layers=_modernbert_layers,
+         outputs=_modernbert_outputs)
 
 SUPPORTED_MODEL_TYPES = tuple(FAMILIES)
 
@@ -100,5 +113,10 @@ def attention_modules(model):
     return modules
 
 
-__all__ = ["FAMILIES", "Family", "HEAD_MODES", "PapaAttention", "SUPPORTED_MODEL_TYPES", "attention_modules",
+def accepts_token_type_ids(base_model):
+    """Whether the encoder's forward takes token_type_ids (ModernBERT's does not)."""
+    return "token_type_ids" in inspect.signature(base_model.forward).parameters
+
+
+__all__ = ["accepts_token_type_ids", "FAMILIES", "Family", "HEAD_MODES", "PapaAttention", "SUPPORTED_MODEL_TYPES", "attention_modules",
            "family_for", "register"]

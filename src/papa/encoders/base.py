@@ -106,7 +106,11 @@ class PapaAttention:
     mean_outputs   (S, T, d) parameter in mean_output mode, or None
     lambdas        (H,) parameter in mix mode, or None
     papa_band_mask (T, T) where constant heads may attend, or None (no restriction)
+    papa_return_probs  True while papa.averaging records the attention (returns probabilities
+                   without asking HF to collect every layer's)
     """
+
+    papa_return_probs = False
 
     def forward(self, *args, **kwargs):
         call = self.papa_call(*args, **kwargs)
@@ -115,11 +119,12 @@ class PapaAttention:
         values = self.papa_values(call)  # (B, T, H, d)
         # only replaced heads need the padding pattern; an all-dynamic layer runs exactly like stock
         valid = self.papa_validity(call) if self._has_replacements else None
-        if call.want_probs or (self.training and self.papa_dropout_p > 0):
+        want_probs = call.want_probs or self.papa_return_probs
+        if want_probs or (self.training and self.papa_dropout_p > 0):
             context, probs = self._probabilities_path(call, values, valid)
         else:
             context, probs = self._fast_path(call, values, valid), None
-        return self.papa_return(call, context, probs if call.want_probs else None)
+        return self.papa_return(call, context, probs if want_probs else None)
 
     # ------------------------------------------------------------------ helpers
 
