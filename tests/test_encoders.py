@@ -364,3 +364,37 @@ def test_unsupported_model_lists_the_supported_types():
 
     with pytest.raises(PapaError, match="deberta-v2.*modernbert|modernbert.*deberta"):
         papa.patch_model(GPT2Model(GPT2Config(n_layer=1, n_head=2, n_embd=8)), random_constants())
+
+
+@pytest.mark.parametrize("name", FAMILY_NAMES)
+@pytest.mark.parametrize("probe", ["sequence", "token"])
+def test_probe_save_and_reload_give_identical_logits(tmp_path, name, probe):
+    """Freeze-extract probe around a patched model (pruned heads), saved and rebuilt from its folder."""
+    from papa.modeling import build_model, load_papa_model, save_papa_model
+    from tiny_encoders import tiny_config
+
+    config = tiny_config(name)
+    model_class = type(config).__name__.replace("Config", "ForSequenceClassification" if probe == "sequence"
+                                                 else "ForTokenClassification")
+    torch.manual_seed(0)
+    model = build_model(model_class, config, None, random_constants(), [[0, 1], [2, 0], [2, 3]],
+                        freeze_extract_seq_len=T).eval()
+    save_papa_model(model, tmp_path)
+    reloaded = load_papa_model(str(tmp_path))
+    ids, mask = padded_batch(name)
+    got, want = run(reloaded, ids, mask).logits, run(model, ids, mask).logits
+    if probe == "token":  # logits at padded positions depend on the attention kernel (eager vs sdpa)
+        got, want = got[mask == 1], want[mask == 1]
+    assert_close(got, want, rtol=1e-6, atol=1e-6)
+    assert type(reloaded.base_model) is type(model.base_model)
+
+
+@pytest.mark.parametrize("name", ["bert", "deberta", "modernbert"])
+def test_sequence_probe_dropout_follows_the_family(name):
+    from papa.poolers import FreezeExtractForSequenceClassification
+
+    probe = FreezeExtractForSequenceClassification(tiny_model(name), T)
+    expected = {"bert": 0.1, "deberta": 0.1, "modernbert": 0.0}[name]  # hidden_dropout_prob / classifier_dropout
+    assert isinstance(probe.dropout, torch.nn.Dropout) and probe.dropout.p == expected
+    roberta_probe = FreezeExtractForSequenceClassification(tiny_model("xlm-roberta"), T)
+    assert isinstance(roberta_probe.dropout, torch.nn.Identity)

@@ -153,35 +153,61 @@ class PapaAttention:
     def _mix_weights(self, dtype):
         return torch.sigmoid(self.lambdas).to(dtype)  # (H,)
 
-    def _replaced_output(self, values, valid):
-        """Output of the replaced heads, (B, T, S, d); `values` are theirs."""
+    def _replaced_output(self, values, valid, out=None):
+        """Output of the replaced heads, (B, T, S, d); `values` are theirs; `out` a view to fill (no autograd)."""
         if self.head_mode == "mean_output":
-            return mean_output(self.mean_outputs.to(values.dtype), valid, values.shape[0])
-        return constant_attention_output(self._constants().to(values.dtype), values, valid)
+            result = mean_output(self.mean_outputs.to(values.dtype), valid, values.shape[0])
+            return result if out is None else out.copy_(result)
+        return constant_attention_output(self._constants().to(values.dtype), values, valid, out=out)
+
+    def _head_indices(self, device):
+        """(dynamic heads, replaced heads, inverse of their concatenation) as index tensors on `device`."""
+        cached = getattr(self, "_papa_indices", None)
+        if cached is None or cached[0].device != device:
+            dynamic = torch.tensor(self.dynamic_heads, dtype=torch.long, device=device)
+            static = torch.tensor(self.static_heads, dtype=torch.long, device=device)
+            inverse = torch.argsort(torch.cat([dynamic, static]))
+            identity = bool((inverse == torch.arange(len(inverse), device=device)).all())
+            cached = (dynamic, static, None if identity else inverse)
+            self._papa_indices = cached
+        return cached
 
     # ------------------------------------------------------------------ the two paths
 
     def _fast_path(self, call, values, valid):
         B, T, H, d = values.shape
-        dynamic = None
-        if self.dynamic_heads:
-            dyn_values = values if len(self.dynamic_heads) == H else values[:, :, self.dynamic_heads]
-            dynamic = self.papa_dynamic_context(call, dyn_values)  # (B, T, D, d)
         if self.mix_all_heads:
+            dynamic = self.papa_dynamic_context(call, values)  # (B, T, H, d)
             constant = constant_attention_output(self._constants().to(values.dtype), values, valid)
             weight = self._mix_weights(values.dtype)[:, None]  # (H, 1)
             return weight * dynamic + (1 - weight) * constant
         if not self.static_heads:
-            return dynamic
+            return self.papa_dynamic_context(call, values)
         if not self.dynamic_heads:
             return self._replaced_output(values, valid)
-        replaced = self._replaced_output(values[:, :, self.static_heads], valid)
-        if valid is not None:  # the original re-normalises dynamic heads too: padded query rows become 0
-            dynamic = dynamic * valid[:, :, None, None]
-        context = values.new_empty(B, T, H, d)
-        context[:, :, self.dynamic_heads] = dynamic
-        context[:, :, self.static_heads] = replaced
-        return context
+        # Work on the heads grouped as [dynamic | replaced]: each group is one contiguous slice, so the
+        # kernels read and write whole blocks, and one index_select restores the head order at the end
+        # (list-indexed gathers and scatters per group cost more than the pruned Q/K save on CPU).
+        dynamic_index, static_index, inverse = self._head_indices(values.device)
+        D = len(self.dynamic_heads)
+        dynamic = self.papa_dynamic_context(call, values.index_select(2, dynamic_index))  # (B, T, D, d)
+        replaced_values = values.index_select(2, static_index)
+        tracked = dynamic.requires_grad or values.requires_grad or any(p.requires_grad for p in self._replacements())
+        if torch.is_grad_enabled() and tracked:  # autograd cannot record out= writes
+            if valid is not None:  # the original re-normalises dynamic heads too: padded query rows become 0
+                dynamic = dynamic * valid[:, :, None, None]
+            grouped = torch.cat([dynamic, self._replaced_output(replaced_values, valid)], dim=2)
+        else:
+            grouped = values.new_empty(B, T, H, d)
+            if valid is None:
+                grouped[:, :, :D].copy_(dynamic)
+            else:
+                torch.mul(dynamic, valid[:, :, None, None], out=grouped[:, :, :D])
+            self._replaced_output(replaced_values, valid, out=grouped[:, :, D:])
+        return grouped if inverse is None else grouped.index_select(2, inverse)
+
+    def _replacements(self):
+        return [p for p in (self.constant_matrices, self.mean_outputs) if p is not None]
 
     def _probabilities_path(self, call, values, valid):
         B, T, H, d = values.shape
