@@ -159,7 +159,7 @@ def test_mode_and_model_errors(expect_error, tmp_path, cola_dir):
 
     gpt2 = tmp_path / "gpt2"
     GPT2Config(n_layer=1, n_head=2, n_embd=8).save_pretrained(gpt2)
-    expect_error("run_papa_glue.py", probing_args(cola_dir, "--model_name_or_path", gpt2), r"BERT and RoBERTa.*gpt2")
+    expect_error("run_papa_glue.py", probing_args(cola_dir, "--model_name_or_path", gpt2), r"model types bert, roberta.*gpt2")
 
 
 def test_debug_shows_the_traceback(capsys, monkeypatch, tmp_path):

@@ -21,6 +21,7 @@ from transformers import AutoConfig, AutoModel, AutoTokenizer, Trainer, default_
 
 from . import data, metrics, preprocessing
 from .attention import lambdas_array, load_constant_matrices
+from .encoders import family_for
 from .averaging import accumulate_attention, distributed_context, shard
 from .errors import PapaError, check_positive
 from .io import atomic_path, save_json
@@ -100,17 +101,22 @@ def load_config_and_tokenizer(model_name_or_path, cache_dir, task, max_length):
         config = AutoConfig.from_pretrained(path, cache_dir=cache_dir, num_labels=task.num_labels)
     except OSError as err:
         raise PapaError(f"cannot load model {path!r}: {str(err).splitlines()[0]}") from None
-    if config.model_type not in ("bert", "roberta"):
-        raise PapaError(f"PAPA supports BERT and RoBERTa models; {path} is a {config.model_type!r} model")
+    try:
+        family = family_for(config)
+    except PapaError as err:
+        raise PapaError(f"{path}: {err}") from None
     if task.label_list is not None:
         config.id2label = dict(enumerate(task.label_list))
         config.label2id = {label: i for i, label in enumerate(task.label_list)}
-    # RoBERTa's first position ids are reserved for padding
-    limit = config.max_position_embeddings - (config.pad_token_id + 1 if config.model_type == "roberta" else 0)
+    # RoBERTa-style models reserve their first position ids for padding
+    limit = config.max_position_embeddings - (config.pad_token_id + 1 if family.position_offset else 0)
     if max_length > limit:
         raise PapaError(f"sequence length {max_length} exceeds the model's {limit} position embeddings; lower it")
-    extra = {"add_prefix_space": True} if config.model_type == "roberta" and task.kind == "token" else {}
-    tokenizer = AutoTokenizer.from_pretrained(path, cache_dir=cache_dir, **extra)
+    tokenizer = AutoTokenizer.from_pretrained(path, cache_dir=cache_dir)
+    if task.kind == "token" and getattr(tokenizer, "add_prefix_space", None) is False:
+        # byte-level BPE (RoBERTa, DeBERTa v1) marks word starts by a preceding space: pre-split words
+        # need one, as the original set for its token tasks
+        tokenizer = AutoTokenizer.from_pretrained(path, cache_dir=cache_dir, add_prefix_space=True)
     return path, config, tokenizer
 
 

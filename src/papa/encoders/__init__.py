@@ -5,18 +5,11 @@ patches it (papa/encoders/<family>.py), and the few traits the probes need. Addi
 family (same self-attention design as BERT) is one `register(...)` line below.
 """
 
+import importlib
 import inspect
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Callable
-
-from transformers.models.bert.modeling_bert import BertSelfAttention
-from transformers.models.camembert.modeling_camembert import CamembertSelfAttention
-from transformers.models.deberta.modeling_deberta import DisentangledSelfAttention as DebertaSelfAttention
-from transformers.models.deberta_v2.modeling_deberta_v2 import DisentangledSelfAttention as DebertaV2SelfAttention
-from transformers.models.electra.modeling_electra import ElectraSelfAttention
-from transformers.models.modernbert.modeling_modernbert import ModernBertAttention
-from transformers.models.roberta.modeling_roberta import RobertaSelfAttention
-from transformers.models.xlm_roberta.modeling_xlm_roberta import XLMRobertaSelfAttention
 
 from ..errors import PapaError
 from .base import HEAD_MODES, PapaAttention
@@ -29,13 +22,24 @@ from .modernbert import PapaModernBertAttention
 @dataclass(frozen=True)
 class Family:
     model_type: str
-    stock_class: type  # the stock self-attention module of every layer
-    patched_class: type  # stock_class with the family's PAPA adapter mixed in
+    stock_path: str  # "module:Class" of the stock self-attention module of every layer (imported on first use)
+    adapter: type  # the PapaAttention subclass mixed into it
+    class_name: str  # name of the patched class, importable from papa.encoders (so patched models pickle)
     attention_modules: Callable  # base model → its self-attention modules, one per layer
     output_projections: Callable  # base model → per layer, the Linear that reads the heads' concatenated outputs
     probe_dropout: Callable | None  # config → dropout before the sequence probe's classifier (None: none)
     position_offset: bool  # RoBERTa-style position ids: the first pad_token_id + 1 positions are reserved
     probs_need_flag: bool  # the stock module returns probabilities only when its output_attentions argument is set
+
+    @cached_property
+    def stock_class(self):
+        module, name = self.stock_path.split(":")
+        return getattr(importlib.import_module(module), name)
+
+    @cached_property
+    def patched_class(self):
+        return type(self.class_name, (self.adapter, self.stock_class), {"__module__": __name__,
+                                                                         "__qualname__": self.class_name})
 
 
 def _bert_like_layers(base):
@@ -67,27 +71,29 @@ def _cls_dropout(config):  # the original's DeBERTa: `cls_dropout`, else hidden_
 FAMILIES: dict[str, Family] = {}
 
 
-def register(model_type, stock_class, adapter, layers=_bert_like_layers, outputs=_bert_like_outputs,
-             probe_dropout=_classifier_dropout, position_offset=False, probs_need_flag=False, class_name=None):
-    """Make `model_type` patchable: its layers' `stock_class` modules get `adapter` mixed in."""
-    name = class_name or f"Papa{stock_class.__name__}"
-    patched = type(name, (adapter, stock_class), {"__module__": __name__, "__qualname__": name})
-    globals()[name] = patched  # importable by name, so patched models pickle
-    FAMILIES[model_type] = Family(model_type, stock_class, patched, layers, outputs, probe_dropout, position_offset,
-                                  probs_need_flag)
+def register(model_type, stock_path, adapter, class_name, layers=_bert_like_layers, outputs=_bert_like_outputs,
+             probe_dropout=_classifier_dropout, position_offset=False, probs_need_flag=False):
+    """Make `model_type` patchable: its layers' stock modules (`stock_path`) get `adapter` mixed in."""
+    FAMILIES[model_type] = Family(model_type, stock_path, adapter, class_name, layers, outputs, probe_dropout,
+                                  position_offset, probs_need_flag)
 
 
-register("bert", BertSelfAttention, PapaBertLikeAttention)
-register("roberta", RobertaSelfAttention, PapaBertLikeAttention, probe_dropout=None, position_offset=True)
-register("xlm-roberta", XLMRobertaSelfAttention, PapaBertLikeAttention, probe_dropout=None, position_offset=True)
-register("camembert", CamembertSelfAttention, PapaBertLikeAttention, probe_dropout=None, position_offset=True)
-register("electra", ElectraSelfAttention, PapaBertLikeAttention)
-register("deberta", DebertaSelfAttention, PapaDebertaAttention, probe_dropout=_cls_dropout, probs_need_flag=True,
-         class_name="PapaDebertaSelfAttention")
-register("deberta-v2", DebertaV2SelfAttention, PapaDebertaV2Attention, probe_dropout=_cls_dropout,
-         probs_need_flag=True, class_name="PapaDebertaV2SelfAttention")
-register("modernbert", ModernBertAttention, PapaModernBertAttention, layers=_modernbert_layers,
-         outputs=_modernbert_outputs)
+M = "transformers.models."
+register("bert", M + "bert.modeling_bert:BertSelfAttention", PapaBertLikeAttention, "PapaBertSelfAttention")
+register("roberta", M + "roberta.modeling_roberta:RobertaSelfAttention", PapaBertLikeAttention,
+         "PapaRobertaSelfAttention", probe_dropout=None, position_offset=True)
+register("xlm-roberta", M + "xlm_roberta.modeling_xlm_roberta:XLMRobertaSelfAttention", PapaBertLikeAttention,
+         "PapaXLMRobertaSelfAttention", probe_dropout=None, position_offset=True)
+register("camembert", M + "camembert.modeling_camembert:CamembertSelfAttention", PapaBertLikeAttention,
+         "PapaCamembertSelfAttention", probe_dropout=None, position_offset=True)
+register("electra", M + "electra.modeling_electra:ElectraSelfAttention", PapaBertLikeAttention,
+         "PapaElectraSelfAttention")
+register("deberta", M + "deberta.modeling_deberta:DisentangledSelfAttention", PapaDebertaAttention,
+         "PapaDebertaSelfAttention", probe_dropout=_cls_dropout, probs_need_flag=True)
+register("deberta-v2", M + "deberta_v2.modeling_deberta_v2:DisentangledSelfAttention", PapaDebertaV2Attention,
+         "PapaDebertaV2SelfAttention", probe_dropout=_cls_dropout, probs_need_flag=True)
+register("modernbert", M + "modernbert.modeling_modernbert:ModernBertAttention", PapaModernBertAttention,
+         "PapaModernBertAttention", layers=_modernbert_layers, outputs=_modernbert_outputs)
 
 SUPPORTED_MODEL_TYPES = tuple(FAMILIES)
 
@@ -98,8 +104,8 @@ def family_for(config_or_model):
     model_type = getattr(config, "model_type", None)
     if model_type not in FAMILIES:
         what = type(config_or_model).__name__
-        raise PapaError(f"PAPA supports the model types {', '.join(SUPPORTED_MODEL_TYPES)}; this model is "
-                        f"{what} (model_type={model_type!r})")
+        raise PapaError(f"PAPA supports the model types {', '.join(SUPPORTED_MODEL_TYPES)}; this {what} has "
+                        f"model_type={model_type!r}")
     return FAMILIES[model_type]
 
 
@@ -111,6 +117,14 @@ def attention_modules(model):
         if not isinstance(module, family.stock_class):
             raise PapaError(f"unexpected self-attention module {type(module).__name__} in a {family.model_type} model")
     return modules
+
+
+def __getattr__(name):
+    """Patched classes by name (pickle looks them up here), created on first use."""
+    for family in FAMILIES.values():
+        if family.class_name == name:
+            return family.patched_class
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def accepts_token_type_ids(base_model):

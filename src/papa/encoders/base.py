@@ -211,9 +211,12 @@ class PapaAttention:
 
     def _probabilities_path(self, call, values, valid):
         B, T, H, d = values.shape
-        probs = values.new_zeros(B, H, T, T)
-        if self.dynamic_heads:
-            probs[:, self.dynamic_heads] = self.papa_scores(call).softmax(dim=-1).to(values.dtype)
+        if len(self.dynamic_heads) == H:  # no empty rows to fill (mix mode, or no replaced head)
+            probs = self.papa_scores(call).softmax(dim=-1).to(values.dtype)
+        else:
+            probs = values.new_zeros(B, H, T, T)
+            if self.dynamic_heads:
+                probs[:, self.dynamic_heads] = self.papa_scores(call).softmax(dim=-1).to(values.dtype)
         if self.mix_all_heads:
             weight = self._mix_weights(values.dtype)[:, None, None]  # (H, 1, 1)
             probs = weight * probs + (1 - weight) * normalized_constant(self._constants().to(values.dtype), valid)

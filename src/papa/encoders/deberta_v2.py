@@ -7,8 +7,6 @@ positions may be log-bucketed (`position_buckets`); the stock module works in a 
 layout, which this adapter computes as (B, D, T, d) for the dynamic heads only.
 """
 
-from transformers.models.deberta_v2.modeling_deberta_v2 import build_relative_position
-
 from .deberta import PapaDebertaAttentionBase, relative_scores
 from .pruning import keep_head_rows
 
@@ -43,6 +41,8 @@ class PapaDebertaV2Attention(PapaDebertaAttentionBase):
                 pos_query = by_head(self.query_proj if self.share_att_key else self.pos_query_proj)
             relative_pos = call.extra["relative_pos"]
             if relative_pos is None:  # the stock encoder always passes it; build it as the stock module would
+                from transformers.models.deberta_v2.modeling_deberta_v2 import build_relative_position
+
                 relative_pos = build_relative_position(query, key, self.position_buckets, self.max_relative_positions)
             bias = relative_scores(query, key, pos_key, pos_query, relative_pos, span) / scale
         query = query / scale

@@ -14,7 +14,6 @@ stock head (and the averaged attention is zero outside the window anyway).
 
 import torch
 import torch.nn.functional as F
-from transformers.models.modernbert.modeling_modernbert import apply_rotary_pos_emb
 
 from .base import Call, PapaAttention, additive_mask, attentions_requested, diagonal_validity
 from .pruning import head_rows, keep_rows
@@ -49,6 +48,8 @@ class PapaModernBertAttention(PapaAttention):
         query = qk[..., : D * d].view(B, T, D, d).transpose(1, 2)
         key = qk[..., D * d :].view(B, T, D, d).transpose(1, 2)
         cos, sin = call.extra["rotary"]
+        from transformers.models.modernbert.modeling_modernbert import apply_rotary_pos_emb  # loaded with the model
+
         return apply_rotary_pos_emb(query, key, cos, sin, unsqueeze_dim=1)
 
     def papa_scores(self, call):
