@@ -23,7 +23,7 @@ from papa import plots
 from papa.arguments import parse_sweep_args
 from papa.errors import PapaError
 from papa.sweep import run_sweep
-from papa.sweep.child import StageLine, run_logged
+from papa.sweep.child import StageLine, is_terminal, run_logged
 from papa.sweep.defaults import default_static_heads_nums
 from papa.sweep.results import build_results, chance_warning, results_csv, results_markdown
 from papa.tasks import get_task
@@ -187,12 +187,10 @@ def test_a_stage_process_is_logged_and_its_progress_kept_out_of_the_log(tmp_path
 
 
 def test_stage_line_on_a_terminal_and_elsewhere():
-    class Terminal(io.StringIO):
-        def isatty(self):
-            return True
-
-    for stream, live in ((Terminal(), True), (io.StringIO(), False)):
-        line = StageLine("[sweep] 1/2 ranking heads", stream=stream)
+    assert not is_terminal(io.StringIO())  # a pipe, a file, a CI log: start and result lines
+    for live in (True, False):
+        stream = io.StringIO()
+        line = StageLine("[sweep] 1/2 ranking heads", stream=stream, live=live)
         line.progress(3, 4)
         line.end("done in 5s")
         text = stream.getvalue()

@@ -7,6 +7,8 @@ start line and a result line. With `echo`, every other line also goes to the con
 """
 
 import collections
+import io
+import os
 import shlex
 import subprocess
 import sys
@@ -16,12 +18,20 @@ from ..console import parse_progress
 TAIL_LINES = 20  # what a failed stage shows of its log
 
 
+def is_terminal(stream):
+    """A terminal with a width (a pseudo-terminal without a size shows no bar)."""
+    try:
+        return stream.isatty() and os.get_terminal_size(stream.fileno()).columns > 0
+    except (AttributeError, OSError, ValueError, io.UnsupportedOperation):
+        return False
+
+
 class StageLine:
     """One stage's console line: `text`, a bar while it runs (on a terminal), then the outcome."""
 
     def __init__(self, text, stream=None, live=None):
         self.text, self.stream = text, stream or sys.stdout
-        live = self.stream.isatty() if live is None else live
+        live = is_terminal(self.stream) if live is None else live
         self.bar = None
         if live:
             from tqdm import tqdm
