@@ -1,8 +1,8 @@
 """Shared test setup: offline mode, the repository's paths, the real data beside it, tiny model configs,
 running a command.
 
-End-to-end tests (scripts, the sweep, the benchmark, the wheel) are marked `slow`:
-`pytest -m "not slow"` is the quick loop, CI runs everything.
+End-to-end tests (scripts, the sweep, the benchmark, the wheel) and the real-model probe of the
+synthetic task are marked `slow`: `pytest -m "not slow"` is the quick loop, CI runs everything.
 """
 
 import os

@@ -127,6 +127,7 @@ def test_every_noun_is_one_token_and_sentences_fit_the_sweep_length():
     assert MAX_WORDS_BEFORE + 1 + 2 <= REPEAT_DEFAULTS["max_seq_length"] // 2
 
 
+@pytest.mark.slow
 def test_bundled_minilm_encodes_the_task_and_all_constant_heads_lose_it():
     """Why this task is the quickstart's: frozen MiniLM's states separate the classes, and they do so
     through its attention (a logistic probe on mean-pooled states of every layer)."""
