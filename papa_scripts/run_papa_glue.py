@@ -15,17 +15,7 @@ trainer_state.json; with --save_total_limit 0 only the config besides them, othe
 that papa.load_papa_model(output_dir) restores.
 """
 
-import sys
-
-from papa.arguments import parse_training_args
-from papa.errors import run_cli
-from papa.runs import run_probing
-
-
-def main():
-    model_args, data_args, training_args = parse_training_args(sys.argv[1:])
-    run_probing(model_args, data_args, training_args, kind="sequence")
-
+from papa.cli.glue import main
 
 if __name__ == "__main__":
-    run_cli(main)
+    main()

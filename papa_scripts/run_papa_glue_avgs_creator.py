@@ -9,17 +9,7 @@ number of processes; the result equals a single-process run.
         --per_device_train_batch_size 8 --output_dir avgs --use_papa_preprocess true --pad_to_max_length
 """
 
-import sys
-
-from papa.arguments import averaging_parser
-from papa.errors import run_cli
-from papa.runs import run_averaging
-
-
-def main():
-    parser = averaging_parser(__doc__.splitlines()[0])
-    run_averaging(parser.parse_args(sys.argv[1:]), kind="sequence")
-
+from papa.cli.glue_avgs import main
 
 if __name__ == "__main__":
-    run_cli(main)
+    main()

@@ -1,25 +1,13 @@
 #!/usr/bin/env python
 """PAPA step 1 for token-classification (NER, POS, chunk) tasks: average every head's attention over the training set.
 
-Writes avgs.pt [layers, heads, T, T] (the constant matrices), attention_sums.pt and
-attention_patterns_sums.pt to --output_dir. Runs under torchrun / accelerate launch with any
-number of processes; the result equals a single-process run.
+Writes what run_papa_glue_avgs_creator.py writes (avgs.pt and the two sums), from CoNLL-2003 files:
 
-    python run_papa_ner_avgs_creator.py --task_name ner --data_dir DIR --max_length 64 \
+    python run_papa_ner_avgs_creator.py --task_name ner --data_dir CONLL_DIR --max_length 64 \
         --per_device_train_batch_size 8 --output_dir avgs --use_papa_preprocess true --pad_to_max_length
 """
 
-import sys
-
-from papa.arguments import averaging_parser
-from papa.errors import run_cli
-from papa.runs import run_averaging
-
-
-def main():
-    parser = averaging_parser(__doc__.splitlines()[0])
-    run_averaging(parser.parse_args(sys.argv[1:]), kind="token")
-
+from papa.cli.ner_avgs import main
 
 if __name__ == "__main__":
-    run_cli(main)
+    main()

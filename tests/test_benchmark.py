@@ -1,68 +1,70 @@
-"""The benchmark script: a smoke run on a tiny random BERT, and its FLOP bound by hand."""
+"""The benchmark (papa.benchmark): its FLOP bound by hand, its variant tables, a smoke run on a tiny random BERT."""
 
-import importlib.util
 import json
-import os
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
+from conftest import run_command, script, tiny_config
 
-SCRIPT = Path(__file__).resolve().parents[1] / "papa_scripts" / "benchmark_papa.py"
-
-
-@pytest.fixture(scope="module")
-def bench():
-    spec = importlib.util.spec_from_file_location("benchmark_papa", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+from papa.benchmark import flops, workloads
+from papa.benchmark.report import markdown
 
 
-def test_flop_bound_matches_hand_calculation(bench):
+def test_flop_bound_matches_hand_calculation():
     # h=8, ffn=16, 2 layers x 2 heads (d=4), T=4, one constant head. Per layer per token:
     # projections 4·2·64 = 512, FFN 2·2·8·16 = 512, QKᵀ 2·4·8 = 64, AV 64 → 1152; x2 layers = 2304.
     # One constant head removes Q and K projections 2·2·8·4 = 128 and its QKᵀ 2·4·4 = 32 → 160.
-    counts = bench.flop_counts(hidden_size=8, intermediate_size=16, num_layers=2, num_heads=2, seq_len=4,
+    counts = flops.flop_counts(hidden_size=8, intermediate_size=16, num_layers=2, num_heads=2, seq_len=4,
                                num_constant_heads=1)
     assert counts["total"] == 2304
     assert counts["removed"] == 160
     assert counts["removed_share"] == pytest.approx(160 / 2304)
     assert counts["bound_speedup"] == pytest.approx(2304 / (2304 - 160))
     # no constant head: nothing removed, bound 1; every head: 4 x 160 removed
-    assert bench.flop_counts(8, 16, 2, 2, 4, 0)["bound_speedup"] == 1.0
-    assert bench.flop_counts(8, 16, 2, 2, 4, 4)["removed"] == 640
+    assert flops.flop_counts(8, 16, 2, 2, 4, 0)["bound_speedup"] == 1.0
+    assert flops.flop_counts(8, 16, 2, 2, 4, 4)["removed"] == 640
     # the config wrapper reads the same fields
-    config = bench.BertConfig(hidden_size=8, intermediate_size=16, num_hidden_layers=2, num_attention_heads=2)
-    assert bench.flop_bound(config, 4, 1) == counts
+    config = tiny_config(hidden_size=8, intermediate_size=16, num_hidden_layers=2, num_attention_heads=2)
+    assert flops.flop_bound(config, 4, 1) == counts
     # % of bound: reaching the bound is 100 %, no speed-up 0 %
-    assert bench.percent_of_bound(counts["bound_speedup"], counts["bound_speedup"]) == pytest.approx(100.0)
-    assert bench.percent_of_bound(1.0, counts["bound_speedup"]) == pytest.approx(0.0)
-    assert bench.percent_of_bound(1.2, 1.0) is None
+    assert flops.percent_of_bound(counts["bound_speedup"], counts["bound_speedup"]) == pytest.approx(100.0)
+    assert flops.percent_of_bound(1.0, counts["bound_speedup"]) == pytest.approx(0.0)
+    assert flops.percent_of_bound(1.2, 1.0) is None
 
 
-def test_minilm_bound_for_all_heads_constant(bench):
+def test_minilm_bound_for_all_heads_constant():
     # all-MiniLM-L6-v2: h=384, ffn=1536, 6 x 12 heads; T=64 → removed 638,976 of 3,637,248 per layer-token
-    counts = bench.flop_counts(384, 1536, 6, 12, 64, 72)
+    counts = flops.flop_counts(384, 1536, 6, 12, 64, 72)
     assert counts["removed_share"] == pytest.approx(638976 / 3637248)
 
 
-def test_first_k_heads_layer_major(bench):
-    assert bench.first_k_heads(5, 2, 3) == [[0, 0], [0, 1], [0, 2], [1, 0], [1, 1]]
-    assert bench.first_k_heads(0, 2, 3) == []
+def test_first_k_heads_layer_major():
+    assert workloads.first_k_heads(5, 2, 3) == [[0, 0], [0, 1], [0, 2], [1, 0], [1, 1]]
+    assert workloads.first_k_heads(0, 2, 3) == []
 
 
+def test_training_variants_build_what_they_say():
+    class Args:
+        tiny, device, batch_size, model_name_or_path = True, "cpu", 2, None
+
+    config = workloads.tiny_config()
+    for name, variant in workloads.TRAINING_VARIANTS.items():
+        model, _, step = workloads.training_setup(Args, config, name, seq_len=8)
+        step()  # one step runs
+        papa = model.config.papa  # what the patch recorded
+        assert papa.get("mix_all_heads", False) == variant.mix, name
+        assert len(papa.get("static_heads", [])) == int(variant.constant_fraction * 8), name
+        trainable = [n for n, p in model.named_parameters() if p.requires_grad]
+        assert (len(trainable) == len(list(model.parameters()))) == (variant.mode is None), name
+
+
+@pytest.mark.slow
 def test_smoke_run_tiny(tmp_path):
     out = tmp_path / "tiny.json"
-    env = dict(os.environ, HF_HUB_OFFLINE="1", HF_DATASETS_OFFLINE="1")
-    done = subprocess.run(
-        [sys.executable, str(SCRIPT), "--tiny", "--threads", "1", "--repeats", "2", "--warmup", "1",
-         "--avg_batches", "2", "--avg_repeats", "2", "--train_repeats", "2", "--seq_lens", "16", "32",
-         "--avg_seq_len", "16", "--train_seq_len", "16", "--batch_size", "4", "--json", str(out)],
-        capture_output=True, text=True, env=env, timeout=240,
-    )
-    assert done.returncode == 0, done.stderr[-3000:]
+    done = run_command(
+        script("benchmark_papa.py") + ["--tiny", "--threads", "1", "--repeats", "2", "--warmup", "1",
+                                       "--avg_batches", "2", "--avg_repeats", "2", "--train_repeats", "2",
+                                       "--seq_lens", "16", "32", "--avg_seq_len", "16", "--train_seq_len", "16",
+                                       "--batch_size", "4", "--json", out], timeout=240)
     results = json.loads(out.read_text())
     assert {"machine", "settings", "flop_model", "inference", "averaging", "training", "goals"} <= set(results)
     for key in ("cpu", "torch_threads", "torch", "transformers", "date"):
@@ -93,3 +95,14 @@ def test_smoke_run_tiny(tmp_path):
     table = out.with_suffix(".md").read_text()
     assert "## Inference" in table and "## Averaging pass" in table and "## One training step" in table
     assert "| stock sdpa |" in done.stdout
+    assert table == markdown(results)  # the .md beside the JSON is the printed report
+    assert results["settings"]["command"].startswith("papa-benchmark --tiny")
+    assert not list(tmp_path.glob(".*.tmp"))  # written atomically
+
+
+def test_bad_flags_are_one_clear_error(capsys):
+    from papa.cli.benchmark import main
+
+    with pytest.raises(SystemExit) as exit_info:
+        main(["--tiny", "--repeats", "0"])
+    assert exit_info.value.code == 2 and capsys.readouterr().err == "error: --repeats must be positive; got 0\n"

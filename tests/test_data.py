@@ -6,9 +6,10 @@ from collections import Counter
 import datasets
 import pytest
 
-from papa.data import (SEQUENCE_TASKS, TOKEN_TASKS, canonical_task_name, glue_label_names, load_sequence_task,
-                       load_token_task, read_conll, read_glue_tsv)
+from papa.conll import load_token_task, read_conll
+from papa.data import load_sequence_task, read_glue_tsv
 from papa.errors import PapaError
+from papa.tasks import get_task
 
 NER_LABELS = ["B-LOC", "B-MISC", "B-ORG", "B-PER", "I-LOC", "I-MISC", "I-ORG", "I-PER", "O"]
 
@@ -16,23 +17,6 @@ NER_LABELS = ["B-LOC", "B-MISC", "B-ORG", "B-PER", "I-LOC", "I-MISC", "I-ORG", "
 def write(path, text):
     path.write_text(text, encoding="utf-8")
     return path
-
-
-# ----------------------------------------------------------------------------- names
-
-def test_canonical_task_name_accepts_glue_spellings():
-    assert canonical_task_name("SST-2", SEQUENCE_TASKS) == "sst2"
-    assert canonical_task_name("STS-B", SEQUENCE_TASKS) == "stsb"
-    assert canonical_task_name("CoLA", SEQUENCE_TASKS) == "cola"
-    assert canonical_task_name("NER", TOKEN_TASKS) == "ner"
-    with pytest.raises(PapaError, match="unknown task 'sst3'.*cola.*wnli"):
-        canonical_task_name("sst3", SEQUENCE_TASKS)
-
-
-def test_glue_label_names_follow_hf_order():
-    assert glue_label_names("wnli") == ["not_entailment", "entailment"]
-    assert glue_label_names("MNLI") == ["entailment", "neutral", "contradiction"]
-    assert glue_label_names("stsb") is None
 
 
 # ----------------------------------------------------------------------------- real GLUE files
@@ -219,7 +203,7 @@ def test_hub_fallback_renames_and_wraps_failures(monkeypatch):
     def fake_hub(path, name=None, cache_dir=None):
         calls.append((path, name))
         features = datasets.Features({"premise": datasets.Value("string"), "hypothesis": datasets.Value("string"),
-                                      "label": datasets.ClassLabel(names=glue_label_names("mnli")),
+                                      "label": datasets.ClassLabel(names=list(get_task("mnli").labels)),
                                       "idx": datasets.Value("int32")})
         split = datasets.Dataset.from_dict({"premise": ["p"], "hypothesis": ["h"], "label": [2], "idx": [0]},
                                            features=features)

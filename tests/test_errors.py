@@ -13,10 +13,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from conftest import SCRIPTS
 
 
-REPO = Path(__file__).resolve().parents[1]
-SCRIPTS = REPO / "papa_scripts"
 L, H = 6, 12  # the bundled MiniLM
 
 

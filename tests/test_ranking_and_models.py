@@ -6,20 +6,19 @@ import numpy as np
 import pytest
 import torch
 from torch.testing import assert_close
-from transformers import BertConfig, BertForSequenceClassification, RobertaConfig
+from conftest import TINY, tiny_config
+from transformers import BertForSequenceClassification
 
 from papa.errors import PapaError
 from papa.modeling import build_model, load_papa_model, save_papa_model, set_trainable, training_mode
 from papa.poolers import FreezeExtractPooler, FreezeExtractTokenHead
 from papa.ranking import first_k_heads, load_sorted_heads, save_ranking, sorted_heads_from_lambdas
 
-L, H, HIDDEN, T = 2, 4, 16, 10
+L, H, HIDDEN, T = TINY["num_hidden_layers"], TINY["num_attention_heads"], TINY["hidden_size"], 10
 
 
 def config(kind="bert", num_labels=3):
-    cls = BertConfig if kind == "bert" else RobertaConfig
-    return cls(vocab_size=60, hidden_size=HIDDEN, num_hidden_layers=L, num_attention_heads=H, intermediate_size=20,
-               max_position_embeddings=40, num_labels=num_labels, pad_token_id=1 if kind == "roberta" else 0)
+    return tiny_config(kind, num_labels=num_labels)
 
 
 def inputs(seed=0, n=3):

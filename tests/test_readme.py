@@ -1,9 +1,10 @@
 """The README's Python example runs as written."""
 
 import re
-from pathlib import Path
 
-README = Path(__file__).resolve().parents[1] / "README.md"
+from conftest import REPO
+
+README = REPO / "README.md"
 
 
 def test_python_api_example_runs(tmp_path, monkeypatch):

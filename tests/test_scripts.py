@@ -3,19 +3,16 @@
 import json
 import re
 import shlex
-import subprocess
 import sys
-from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
+from conftest import REPO, SCRIPTS, run_command, script
 
-from papa.arguments import averaging_parser, parse_training_args
 from papa.modeling import default_model_path, load_papa_model
 
-REPO = Path(__file__).resolve().parents[1]
-SCRIPTS = REPO / "papa_scripts"
+pytestmark = pytest.mark.slow
 FAST = ["--max_train_samples", "128", "--max_eval_samples", "64", "--num_train_epochs", "1"]
 
 
@@ -36,14 +33,13 @@ def fill(command, **placeholders):
 
 
 def run(argv, extra=()):
-    result = subprocess.run(list(argv) + list(extra), capture_output=True, text=True, timeout=600)
-    assert result.returncode == 0, f"{' '.join(argv)}\n{result.stdout[-3000:]}\n{result.stderr[-5000:]}"
-    return result
+    return run_command(list(argv) + list(extra))
 
 
 @pytest.fixture(scope="module")
 def cola_run(tmp_path_factory, shared_data):
-    """avgs → sort (twice, for determinism) → k = 0 and all 72 heads, exactly as the README says."""
+    """avgs → sort → k = 0 and all 72 heads, exactly as the README says (the sweep tests check that a rerun
+    reproduces the ranking)."""
     out = tmp_path_factory.mktemp("cola")
     blocks = original_commands()
     assert len(blocks) == 3
@@ -58,7 +54,6 @@ def cola_run(tmp_path_factory, shared_data):
     run(fill(avgs_cmd, **fills), data + ["--max_train_samples", "128"])
     sort_cmd = [line for line in blocks[1].splitlines() if line.startswith("python3")][0]
     run(fill(sort_cmd, **fills, **{"<dir_to_save_sorted_heads>": out / "sort"}), data + FAST)
-    run(fill(sort_cmd, **fills, **{"<dir_to_save_sorted_heads>": out / "sort_again"}), data + FAST)
     loop = blocks[2]
     assert "for static_heads_num in 0 72 126 135 144" in loop  # BERT-base's 144 heads; MiniLM has 72
     loop_cmd = [line for line in loop.splitlines() if line.startswith("python3")][0]
@@ -81,7 +76,7 @@ def test_avgs_artifacts(cola_run):
     assert (avgs[:, :, ~seen] == 0).all()  # middle positions no example reaches: 0, not NaN
 
 
-def test_sorting_artifacts_and_determinism(cola_run):
+def test_sorting_artifacts(cola_run):
     lambdas = np.load(cola_run / "sort" / "lambdas.npy")
     heads = json.loads((cola_run / "sort" / "sorted_heads.json").read_text())
     assert lambdas.shape == (6, 12) and lambdas.dtype == np.float32
@@ -89,8 +84,6 @@ def test_sorting_artifacts_and_determinism(cola_run):
     ordered = [lambdas[l, h] for l, h in heads]
     assert ordered == sorted(ordered)  # ascending λ: most constant-friendly head first
     assert not np.allclose(lambdas, 0)  # the lambdas did train
-    assert (cola_run / "sort_again" / "sorted_heads.json").read_text() == (cola_run / "sort" / "sorted_heads.json").read_text()
-    assert np.array_equal(np.load(cola_run / "sort_again" / "lambdas.npy"), lambdas)
 
 
 @pytest.mark.parametrize("k", [0, 72])
@@ -109,12 +102,12 @@ def test_probing_results(cola_run, k):
 
 def test_mrpc_pairs_with_a_given_ranking(tmp_path, shared_data):
     data = ["--data_dir", str(shared_data / "glue" / "MRPC")]
-    run([sys.executable, str(SCRIPTS / "run_papa_glue_avgs_creator.py"), "--task_name", "mrpc", "--max_length", "64",
+    run(script("run_papa_glue_avgs_creator.py") + ["--task_name", "mrpc", "--max_length", "64",
          "--output_dir", str(tmp_path / "avgs"), "--use_papa_preprocess", "--max_train_samples", "64"] + data)
     ranking = [[l, h] for h in range(12) for l in range(6)]  # any permutation of the 72 heads
     (tmp_path / "sort").mkdir()
     (tmp_path / "sort" / "sorted_heads.json").write_text(json.dumps(ranking))
-    run([sys.executable, str(SCRIPTS / "run_papa_glue.py"), "--task_name", "MRPC", "--do_train", "--do_eval",
+    run(script("run_papa_glue.py") + ["--task_name", "MRPC", "--do_train", "--do_eval",
          "--max_seq_length", "64", "--output_dir", str(tmp_path / "k_40"), "--use_papa_preprocess",
          "--grad_for_classifier_only", "true", "--use_freeze_extract_pooler", "true", "--static_heads_dir",
          str(tmp_path / "avgs"), "--sorting_heads_dir", str(tmp_path / "sort"), "--static_heads_num", "40",
@@ -134,12 +127,12 @@ def test_ner_pipeline(tmp_path, shared_data):
               "--use_freeze_extract_pooler", "true", "--static_heads_dir", str(tmp_path / "avgs"),
               "--do_train", "--do_eval", "--learning_rate", "1e-3", "--disable_tqdm", "true",
               "--evaluation_strategy", "epoch", "--save_strategy", "no", "--save_total_limit", "0"]
-    run([sys.executable, str(SCRIPTS / "run_papa_ner_avgs_creator.py"), "--task_name", "ner", "--max_length", "64",
+    run(script("run_papa_ner_avgs_creator.py") + ["--task_name", "ner", "--max_length", "64",
          "--output_dir", str(tmp_path / "avgs"), "--use_papa_preprocess", "true", "--pad_to_max_length",
          "--max_train_samples", "96"] + data)
-    run([sys.executable, str(SCRIPTS / "run_papa_ner.py"), "--output_dir", str(tmp_path / "sort"),
+    run(script("run_papa_ner.py") + ["--output_dir", str(tmp_path / "sort"),
          "--sort_calculating", "True"] + common + data + FAST)
-    run([sys.executable, str(SCRIPTS / "run_papa_ner.py"), "--output_dir", str(tmp_path / "k_72"),
+    run(script("run_papa_ner.py") + ["--output_dir", str(tmp_path / "k_72"),
          "--grad_for_classifier_only", "true", "--sorting_heads_dir", str(tmp_path / "sort"),
          "--static_heads_num", "72", "--return_entity_level_metrics"] + common + data + FAST)
     assert json.loads((tmp_path / "sort" / "sorted_heads.json").read_text())
@@ -150,7 +143,7 @@ def test_ner_pipeline(tmp_path, shared_data):
 
 def test_sst2_probe_beats_majority_class(tmp_path, shared_data):
     data = shared_data / "glue" / "SST-2"
-    run([sys.executable, str(SCRIPTS / "run_papa_glue.py"), "--task_name", "sst2", "--data_dir", str(data),
+    run(script("run_papa_glue.py") + ["--task_name", "sst2", "--data_dir", str(data),
          "--do_train", "--do_eval", "--max_seq_length", "64", "--use_papa_preprocess",
          "--use_freeze_extract_pooler", "true", "--grad_for_classifier_only", "true",
          "--max_train_samples", "400", "--max_eval_samples", "300", "--num_train_epochs", "3",
@@ -162,36 +155,14 @@ def test_sst2_probe_beats_majority_class(tmp_path, shared_data):
     assert accuracy > majority + 0.1, (accuracy, majority)
 
 
-def test_original_flag_spellings():
-    model, data, training = parse_training_args(
-        "--task_name COLA --do_train --do_eval --output_dir x --evaluation_strategy epoch --use_papa_preprocess "
-        "--use_freeze_extract_pooler true --grad_for_classifier_only false --sort_calculating False "
-        "--grad_for_classifier_and_static_only 0 --save_total_limit 0 --disable_tqdm true --static_heads_num 72 "
-        "--max_seq_length 64 --pad_to_max_length --label_all_tokens --return_entity_level_metrics".split()
-    )
-    assert training.eval_strategy == "epoch" and training.save_total_limit == 0 and training.disable_tqdm
-    assert data.use_papa_preprocess and data.pad_to_max_length and data.max_seq_length == 64
-    assert model.use_freeze_extract_pooler and not model.grad_for_classifier_only and not model.sort_calculating
-    assert not model.grad_for_classifier_and_static_only and model.static_heads_num == 72
-    assert data.label_all_tokens and data.return_entity_level_metrics
-    _, _, training = parse_training_args("--output_dir x --evaluation_strategy=steps".split())
-    assert training.eval_strategy == "steps"
-    args = averaging_parser("x").parse_args(
-        "--task_name COLA --max_length 64 --per_device_train_batch_size 8 --output_dir d --cache_dir c "
-        "--use_papa_preprocess true --pad_to_max_length --train_file t --validation_file v --seed 3".split()
-    )
-    assert args.use_papa_preprocess is True and args.pad_to_max_length is True and args.seed == 3
-    assert averaging_parser("x").parse_args("--output_dir d --use_papa_preprocess false".split()).use_papa_preprocess is False
-
-
 def test_averaging_under_torchrun_equals_one_process(tmp_path, shared_data):
     """37 examples over 2 processes: each counted once, the same averages as one process."""
     common = ["--task_name", "cola", "--data_dir", str(shared_data / "glue" / "CoLA"), "--max_length", "32",
               "--use_papa_preprocess", "--max_train_samples", "37", "--per_device_train_batch_size", "4"]
-    script = str(SCRIPTS / "run_papa_glue_avgs_creator.py")
-    run([sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", script,
+    avgs_script = str(SCRIPTS / "run_papa_glue_avgs_creator.py")
+    run([sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", avgs_script,
          "--output_dir", str(tmp_path / "two")] + common)
-    run([sys.executable, script, "--output_dir", str(tmp_path / "one")] + common)
+    run(script("run_papa_glue_avgs_creator.py") + ["--output_dir", str(tmp_path / "one")] + common)
     two = {f: torch.load(tmp_path / "two" / f, weights_only=True) for f in ("avgs.pt", "attention_patterns_sums.pt")}
     one = {f: torch.load(tmp_path / "one" / f, weights_only=True) for f in ("avgs.pt", "attention_patterns_sums.pt")}
     assert two["attention_patterns_sums.pt"][0, 0] == 37

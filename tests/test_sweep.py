@@ -1,59 +1,48 @@
-"""The one-command sweep (papa.sweep, papa_scripts/run_papa_sweep.py): layout, results, resuming, staleness.
+"""The one-command sweep (papa.sweep, papa-sweep / papa_scripts/run_papa_sweep.py): layout, results, console,
+resuming, staleness.
 
-End-to-end tests run the real scripts as subprocesses on the bundled MiniLM and the synthetic
-repeat task with a tiny budget (32 train / 16 eval examples, T=32, 1 epoch, k = 0 and 72).
+End-to-end tests run the sweep as a subprocess on the bundled MiniLM and the synthetic repeat task with a
+tiny budget (32 train / 16 eval examples, T=32, 1 epoch, k = 0 and 72): `tiny_sweep` (conftest) runs it
+once, the others work on copies of its output.
 """
 
 import csv
+import io
 import json
-import math
 import os
 import re
 import shutil
-import subprocess
 import sys
-from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
+from conftest import TINY_SWEEP, run_command, script
 
 from papa import plots
+from papa.arguments import parse_sweep_args
 from papa.errors import PapaError
-from papa.sweep import (build_results, chance_warning, default_static_heads_nums, main_metrics, results_csv,
-                        results_markdown, run_sweep)
+from papa.sweep import run_sweep
+from papa.sweep.child import StageLine, is_terminal, run_logged
+from papa.sweep.defaults import default_static_heads_nums
+from papa.sweep.results import build_results, chance_warning, results_csv, results_markdown
+from papa.tasks import get_task
 
-REPO = Path(__file__).resolve().parents[1]
-SWEEP = REPO / "papa_scripts" / "run_papa_sweep.py"
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
-TINY = ["--max_train_samples", "32", "--max_eval_samples", "16", "--num_train_epochs", "1", "--sort_num_train_epochs", "1",
-        "--static_heads_nums", "0", "72", "--max_seq_length", "32",
-        "--per_device_eval_batch_size", "16"]  # the last one is passed through to the training runs
 STAGES = ("avgs", "sort", "k_0", "k_72")
 
 
 def run_sweep_cli(output_dir, *extra, check=True):
-    env = dict(os.environ, HF_HUB_OFFLINE="1", HF_DATASETS_OFFLINE="1", TOKENIZERS_PARALLELISM="false")
-    proc = subprocess.run([sys.executable, str(SWEEP), "--output_dir", str(output_dir), *TINY, *extra],
-                          capture_output=True, text=True, env=env, timeout=600)
-    if check:
-        assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    return proc
+    return run_command(script("run_papa_sweep.py") + ["--output_dir", output_dir, *TINY_SWEEP, *extra], check=check)
 
 
 def ran_stages(stdout):
-    """Stage names ("avgs", "sort", "k_0", ...) that the sweep ran (not skipped), from its [sweep] lines."""
+    """Stage names ("avgs", "sort", "k_0", ...) that the sweep ran (not skipped), from its result lines."""
     ran = []
     for line in stdout.splitlines():
-        m = re.match(r"\[sweep\] \d+/\d+ (.*?) \.\.\.", line)
+        m = re.match(r"\[sweep\] \d+/\d+ (averaging|ranking|probing with k=(\d+)).*: done in ", line)
         if m:
-            desc = m.group(1)
-            if desc.startswith("averaging"):
-                ran.append("avgs")
-            elif desc.startswith("ranking"):
-                ran.append("sort")
-            else:
-                ran.append("k_" + re.search(r"k=(\d+)", desc).group(1))
+            ran.append({"averaging": "avgs", "ranking": "sort"}.get(m.group(1), f"k_{m.group(2)}"))
     return ran
 
 
@@ -75,14 +64,6 @@ def assert_valid_png(path):
     assert image.ndim == 3 and image.shape[0] > 100 and image.shape[1] > 100
 
 
-@pytest.fixture(scope="module")
-def sweep_dir(tmp_path_factory):
-    """One finished tiny sweep, plus the stdout of the run that made it."""
-    out = tmp_path_factory.mktemp("sweep") / "out"
-    proc = run_sweep_cli(out)
-    return out, proc.stdout
-
-
 # ----------------------------------------------------------------------------- pure helpers
 
 
@@ -94,14 +75,13 @@ def test_default_static_heads_nums():
         default_static_heads_nums(0)
 
 
-def test_main_metrics():
-    assert main_metrics("CoLA") == ["matthews_correlation"]
-    assert main_metrics("sst-2") == ["accuracy"]
-    assert main_metrics("mrpc")[0] == "f1"
-    assert main_metrics("stsb")[0] == "pearson"
-    assert main_metrics("ner") == ["f1"]
-    with pytest.raises(PapaError, match="unknown task"):
-        main_metrics("nope")
+def test_main_metrics_come_from_the_registry():
+    assert get_task("CoLA").main_metrics == ("matthews_correlation",)
+    assert get_task("sst-2").main_metrics == ("accuracy",)
+    assert get_task("mrpc").main_metrics[0] == "f1"
+    assert get_task("stsb").main_metrics[0] == "pearson"
+    assert get_task("mnli").main_metrics == ("accuracy", "mnli-mm_accuracy")
+    assert get_task("ner").main_metrics == ("f1",)
 
 
 def test_results_table_from_hand_made_eval_results(tmp_path):
@@ -112,7 +92,7 @@ def test_results_table_from_hand_made_eval_results(tmp_path):
         72: {"eval_accuracy": 0.6, "eval_f1": 0.55, "eval_combined_score": 0.575, "eval_loss": 0.7, "epoch": 3.0},
         36: {"eval_accuracy": 0.8, "eval_f1": 0.25, "eval_combined_score": 0.525, "eval_loss": 0.5},
     }
-    columns, rows = build_results(k_results, "mrpc", 72)
+    columns, rows = build_results(k_results, get_task("mrpc"), 72)
     # main metrics first, then the rest; no runtime/samples/loss/epoch; relative change of the main ones
     assert columns == ["k", "fraction_constant", "eval_f1", "eval_accuracy", "eval_combined_score",
                        "rel_change_eval_f1", "rel_change_eval_accuracy"]
@@ -135,28 +115,29 @@ def test_results_table_from_hand_made_eval_results(tmp_path):
 def test_results_table_negative_and_zero_reference():
     # a negative reference (MCC) divides by its magnitude; a zero one leaves the change undefined
     columns, rows = build_results({0: {"eval_matthews_correlation": -0.2}, 8: {"eval_matthews_correlation": -0.1}},
-                                  "cola", 16)
+                                  get_task("cola"), 16)
     assert rows[1]["rel_change_eval_matthews_correlation"] == pytest.approx(0.5)
     columns, rows = build_results({0: {"eval_matthews_correlation": 0.0}, 8: {"eval_matthews_correlation": 0.1}},
-                                  "cola", 16)
+                                  get_task("cola"), 16)
     assert rows[1]["rel_change_eval_matthews_correlation"] is None
     assert "–" in results_markdown(columns, rows, "t", 16)
     # no k=0 run: no reference
-    columns, rows = build_results({8: {"eval_accuracy": 0.7}}, "sst2", 16)
+    columns, rows = build_results({8: {"eval_accuracy": 0.7}}, get_task("sst2"), 16)
     assert rows[0]["rel_change_eval_accuracy"] is None
 
 
 def test_chance_warning():
-    _, rows = build_results({0: {"eval_accuracy": 0.52}, 72: {"eval_accuracy": 0.5}}, "repeat", 72)
-    warning = chance_warning("repeat", rows)
+    repeat, cola, sst2 = get_task("repeat"), get_task("cola"), get_task("sst2")
+    _, rows = build_results({0: {"eval_accuracy": 0.52}, 72: {"eval_accuracy": 0.5}}, repeat, 72)
+    warning = chance_warning(repeat, rows)
     assert warning and "chance (0.5)" in warning
     assert "**Warning:**" in results_markdown(["k"], [], "t", 72, warning)
-    _, rows = build_results({0: {"eval_accuracy": 0.8}, 72: {"eval_accuracy": 0.5}}, "repeat", 72)
-    assert chance_warning("repeat", rows) is None
-    _, rows = build_results({0: {"eval_matthews_correlation": 0.01}}, "cola", 72)
-    assert chance_warning("cola", rows)  # MCC: chance is 0
-    _, rows = build_results({0: {"eval_accuracy": 0.52}}, "sst2", 72)
-    assert chance_warning("sst2", rows) is None  # real dev sets are not balanced: chance unknown
+    _, rows = build_results({0: {"eval_accuracy": 0.8}, 72: {"eval_accuracy": 0.5}}, repeat, 72)
+    assert chance_warning(repeat, rows) is None
+    _, rows = build_results({0: {"eval_matthews_correlation": 0.01}}, cola, 72)
+    assert chance_warning(cola, rows)  # MCC: chance is 0
+    _, rows = build_results({0: {"eval_accuracy": 0.52}}, sst2, 72)
+    assert chance_warning(sst2, rows) is None  # real dev sets are not balanced: chance unknown
 
 
 def test_plots_write_valid_pngs(tmp_path):
@@ -169,39 +150,72 @@ def test_plots_write_valid_pngs(tmp_path):
     assert not [p for p in os.listdir(tmp_path) if p.endswith(".tmp")]
 
 
-@pytest.mark.parametrize("kwargs, message", [
-    ({"task_name": "nope"}, "unknown task"),
-    ({"static_heads_nums": [0, 99]}, "outside 0..72"),
-    ({"num_train_epochs": 0}, "must be positive"),
-    ({"extra_args": ["--static_heads_num", "3"]}, "cannot be passed through"),
-    ({"extra_args": ["--not_a_trainer_flag", "1"]}, "would reject these flags.*not_a_trainer_flag"),
-    ({"extra_args": ["--weight_decay", "abc"]}, "would reject these flags.*weight_decay"),
+@pytest.mark.parametrize("argv, message", [
+    (["--task_name", "nope"], "unknown task"),
+    (["--static_heads_nums", "0", "99"], "outside 0..72"),
+    (["--num_train_epochs", "0"], "must be positive"),
+    (["--static_heads_num", "3"], "cannot be passed through"),
+    (["--extra_args=--static_heads_num 3"], "cannot be passed through"),
+    (["--not_a_trainer_flag", "1"], "would reject these flags.*not_a_trainer_flag"),
+    (["--weight_decay", "abc"], "would reject these flags.*weight_decay"),
 ])
-def test_bad_input_raises_before_any_stage(tmp_path, kwargs, message):
+def test_bad_input_raises_before_any_stage(tmp_path, argv, message):
     with pytest.raises(PapaError, match=message):
-        run_sweep(output_dir=str(tmp_path / "o"), log=lambda m: None, **kwargs)
+        args, passthrough = parse_sweep_args(["--output_dir", str(tmp_path / "o"), *argv])
+        run_sweep(args, get_task(args.task_name), passthrough)
     assert not (tmp_path / "o" / "avgs").exists()
 
 
 def test_bad_input_on_the_command_line_is_one_clear_error(tmp_path):
-    env = dict(os.environ, HF_HUB_OFFLINE="1", HF_DATASETS_OFFLINE="1")
-    proc = subprocess.run([sys.executable, str(SWEEP), "--output_dir", str(tmp_path / "o"), "--task_name", "nope"],
-                          capture_output=True, text=True, env=env, timeout=120)
+    proc = run_command(script("run_papa_sweep.py") + ["--output_dir", tmp_path / "o", "--task_name", "nope"],
+                       check=False, timeout=120)
     assert proc.returncode == 2, proc.stderr
     assert proc.stderr.startswith("error: unknown task 'nope'") and "Traceback" not in proc.stderr
+
+
+def test_a_stage_process_is_logged_and_its_progress_kept_out_of_the_log(tmp_path):
+    child = ("import sys; print('[papa-progress] 1/2'); print('[papa] working'); print('oops', file=sys.stderr); "
+             "print('[papa-progress] 2/2'); sys.exit(3)")
+    progress, echoed = [], []
+    env = dict(os.environ, PYTHONUNBUFFERED="1")
+    returncode, tail = run_logged([sys.executable, "-c", child], env, tmp_path / "log.txt",
+                                  lambda done, total: progress.append((done, total)), echoed.append)
+    assert returncode == 3 and progress == [(1, 2), (2, 2)]
+    log = (tmp_path / "log.txt").read_text().splitlines()
+    assert log[0].startswith("$ ") and log[1:] == ["", "[papa] working", "oops"]
+    assert tail == log[-2:] and echoed == ["[papa] working\n", "oops\n"]
+
+
+def test_stage_line_on_a_terminal_and_elsewhere():
+    assert not is_terminal(io.StringIO())  # a pipe, a file, a CI log: start and result lines
+    for live in (True, False):
+        stream = io.StringIO()
+        line = StageLine("[sweep] 1/2 ranking heads", stream=stream, live=live)
+        line.progress(3, 4)
+        line.end("done in 5s")
+        text = stream.getvalue()
+        assert text.endswith("[sweep] 1/2 ranking heads: done in 5s\n")
+        assert ("75%" in text) == live  # a bar on a terminal only
+        assert text.startswith("[sweep] 1/2 ranking heads ...\n") != live  # elsewhere: a start line
 
 
 # ----------------------------------------------------------------------------- end to end
 
 
-def test_sweep_layout_and_results(sweep_dir):
-    out, stdout = sweep_dir
-    assert ran_stages(stdout) == list(STAGES)
-    assert "[sweep] 3/4 probing with k=0" in stdout
+@pytest.mark.slow
+def test_sweep_layout_and_results(tiny_sweep):
+    out, proc = tiny_sweep
+    assert ran_stages(proc.stdout) == list(STAGES)
     for stage in STAGES:
         assert (out / stage / "stage.json").is_file()
+        log = (out / stage / "log.txt").read_text()
+        assert log.startswith("$ ") and " -m papa.cli." in log.splitlines()[0]  # the command, then its output
+        assert "[papa] " in log and "[papa-progress]" not in log
     assert (out / "avgs" / "avgs.pt").is_file()
     assert (out / "sort" / "sorted_heads.json").is_file() and (out / "sort" / "lambdas.npy").is_file()
+    stamp = json.loads((out / "sort" / "stage.json").read_text())
+    assert stamp["fingerprint"]["argv"][0] == "run_papa_glue.py"  # the original script, however it was run
+    assert "--static_heads_dir" in stamp["fingerprint"]["argv"] and "<output_dir>/avgs" in stamp["fingerprint"]["argv"]
 
     rows = read_csv(out / "results.csv")
     assert [int(r["k"]) for r in rows] == [0, 72]
@@ -224,8 +238,26 @@ def test_sweep_layout_and_results(sweep_dir):
     assert not list(out.rglob("*.tmp"))
 
 
-def test_rerun_skips_everything(sweep_dir, tmp_path):
-    out, _ = sweep_dir
+@pytest.mark.slow
+def test_console_shows_only_the_sweep(tiny_sweep):
+    """One line per stage, the results table and where the files are: nothing from the stages themselves."""
+    out, proc = tiny_sweep
+    assert proc.stderr == ""
+    lines = [line for line in proc.stdout.splitlines() if line]
+    table = (out / "results.md").read_text().splitlines()
+    own = [line for line in lines if line.startswith("[sweep] ")]
+    assert [line for line in lines if line not in own] == [line for line in table if line]
+    # not a terminal: a start line and a result line per stage, no bar, no command line
+    assert len([line for line in own if re.match(r"\[sweep\] \d/4 .* \.\.\.$", line)]) == 4
+    assert len([line for line in own if re.search(r": done in \d+s$", line)]) == 4
+    assert own[-1].startswith("[sweep] finished in") and str(out) in own[-1] and "results.png" in own[-1]
+    warnings = [line for line in own if line.startswith("[sweep] warning:")]  # a k=0 probe near chance
+    assert len(own) == 1 + 8 + len(warnings) + 1
+
+
+@pytest.mark.slow
+def test_rerun_skips_everything(tiny_sweep, tmp_path):
+    out, _ = tiny_sweep
     copy = tmp_path / "moved"  # a moved sweep folder stays valid: paths are not part of the fingerprint
     shutil.copytree(out, copy)
     before = stamp_mtimes(copy)
@@ -236,61 +268,62 @@ def test_rerun_skips_everything(sweep_dir, tmp_path):
     assert (copy / "results.csv").read_text() == (out / "results.csv").read_text()
 
 
-def test_deleting_one_k_redoes_only_that_k(sweep_dir, tmp_path):
-    out, _ = sweep_dir
+@pytest.mark.slow
+def test_unfinished_stages_are_redone_and_reproduce_their_outputs(tiny_sweep, tmp_path):
+    out, _ = tiny_sweep
     copy = tmp_path / "s"
     shutil.copytree(out, copy)
     before = stamp_mtimes(copy)
-    shutil.rmtree(copy / "k_72")
+    (copy / "sort" / "eval_results.json").unlink()  # an output gone (as if killed mid-way): not done
+    shutil.rmtree(copy / "k_72")  # a deleted k: redone, alone
     proc = run_sweep_cli(copy)
-    assert ran_stages(proc.stdout) == ["k_72"]
+    # the ranking run rewrites sorted_heads.json with the same content (same seed and avgs.pt); fingerprints
+    # hash contents, so k=0 stays up to date
+    assert ran_stages(proc.stdout) == ["sort", "k_72"]
     after = stamp_mtimes(copy)
-    assert all(after[s] == before[s] for s in ("avgs", "sort", "k_0"))
-    # same seed, same inputs: the redone run reproduces its metrics
+    assert all(after[s] == before[s] for s in ("avgs", "k_0"))
+    # same seed, same inputs: the redone runs reproduce their outputs
+    for name in ("lambdas.npy", "sorted_heads.json"):
+        assert (copy / "sort" / name).read_bytes() == (out / "sort" / name).read_bytes()
+    assert json.loads((copy / "sort" / "eval_results.json").read_text())["eval_accuracy"] == \
+        json.loads((out / "sort" / "eval_results.json").read_text())["eval_accuracy"]
     assert read_csv(copy / "results.csv") == read_csv(out / "results.csv")
 
 
-def test_an_incomplete_stage_is_redone(sweep_dir, tmp_path):
-    out, _ = sweep_dir
-    copy = tmp_path / "s"
-    shutil.copytree(out, copy)
-    (copy / "sort" / "eval_results.json").unlink()  # an output gone (as if killed mid-way): not done
-    proc = run_sweep_cli(copy)
-    # the redone ranking run rewrites sorted_heads.json with the same content (same seed and avgs.pt);
-    # fingerprints hash contents, so the probing runs stay up to date
-    assert ran_stages(proc.stdout) == ["sort"]
-    assert (copy / "sort" / "eval_results.json").is_file()
-
-
-def test_a_failing_stage_stops_the_sweep_cleanly(sweep_dir, tmp_path):
-    out, _ = sweep_dir
+@pytest.mark.slow
+def test_a_failing_stage_stops_the_sweep_cleanly(tiny_sweep, tmp_path):
+    out, _ = tiny_sweep
     copy = tmp_path / "s"
     shutil.copytree(out, copy)
     shutil.rmtree(copy / "sort")
     (copy / "avgs" / "avgs.pt").write_bytes(b"not a tensor")  # the ranking run cannot read it
     proc = run_sweep_cli(copy, check=False)
     assert proc.returncode == 2
-    assert "avgs.pt is not a readable tensor file" in proc.stderr  # the script's own message
-    assert proc.stderr.rstrip().splitlines()[-1].startswith("error: ranking heads")
+    assert "avgs.pt is not a readable tensor file" in proc.stderr  # the stage's own message, from its log
+    assert f"last lines of {copy / 'sort' / 'log.txt'}" in proc.stderr
+    last = proc.stderr.rstrip().splitlines()[-1]
+    assert last.startswith("error: ranking heads") and str(copy / "sort" / "log.txt") in last
     assert "Traceback" not in proc.stderr
     assert not (copy / "sort" / "stage.json").exists()  # no stamp: the next run redoes it
     assert (copy / "avgs" / "stage.json").is_file()
 
 
-def test_changed_avgs_redoes_dependent_stages(sweep_dir, tmp_path):
-    out, _ = sweep_dir
+@pytest.mark.slow
+def test_changed_avgs_redoes_dependent_stages(tiny_sweep, tmp_path):
+    out, _ = tiny_sweep
     copy = tmp_path / "s"
     shutil.copytree(out, copy)
     avgs = torch.load(copy / "avgs" / "avgs.pt")
     torch.save(torch.flip(avgs, dims=[1]), copy / "avgs" / "avgs.pt")  # different constant matrices
-    proc = run_sweep_cli(copy)
+    proc = run_sweep_cli(copy, "--static_heads_nums", "0")  # (k=0 only, to keep the test short)
     # the averaging stage itself is up to date (its own inputs did not change); everything after it redoes
-    assert ran_stages(proc.stdout) == ["sort", "k_0", "k_72"]
+    assert ran_stages(proc.stdout) == ["sort", "k_0"]
     assert "inputs changed" in proc.stdout
 
 
-def test_changed_epochs_redo_the_probing_runs(sweep_dir, tmp_path):
-    out, _ = sweep_dir
+@pytest.mark.slow
+def test_changed_epochs_redo_the_probing_runs(tiny_sweep, tmp_path):
+    out, _ = tiny_sweep
     copy = tmp_path / "s"
     shutil.copytree(out, copy)
     before = stamp_mtimes(copy)
@@ -302,18 +335,3 @@ def test_changed_epochs_redo_the_probing_runs(sweep_dir, tmp_path):
     with open(copy / "k_0" / "eval_results.json") as f:
         assert json.load(f)["epoch"] == 2.0
     assert [int(r["k"]) for r in read_csv(copy / "results.csv")] == [0]
-
-
-def test_same_seed_same_metrics(sweep_dir, tmp_path):
-    out, _ = sweep_dir
-    second = tmp_path / "second"
-    run_sweep_cli(second, "--static_heads_nums", "72")  # a second sweep from scratch (k=72 only, for time)
-    assert torch.equal(torch.load(second / "avgs" / "avgs.pt"), torch.load(out / "avgs" / "avgs.pt"))
-    assert np.array_equal(np.load(second / "sort" / "lambdas.npy"), np.load(out / "sort" / "lambdas.npy"))
-    assert (second / "sort" / "sorted_heads.json").read_text() == (out / "sort" / "sorted_heads.json").read_text()
-    with open(out / "sort" / "eval_results.json") as a, open(second / "sort" / "eval_results.json") as b:
-        assert json.load(a)["eval_accuracy"] == json.load(b)["eval_accuracy"]
-    first_row, second_row = read_csv(out / "results.csv")[1], read_csv(second / "results.csv")[0]
-    assert first_row["k"] == second_row["k"] == "72"
-    assert first_row["eval_accuracy"] == second_row["eval_accuracy"]
-    assert not math.isnan(float(second_row["eval_accuracy"]))

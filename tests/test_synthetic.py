@@ -1,6 +1,5 @@
 """The synthetic repeat task (papa.synthetic): "does the last word already occur earlier?"."""
 
-import time
 from collections import Counter
 
 import pytest
@@ -98,13 +97,6 @@ def test_no_overlap_and_no_duplicates(data):
     assert not set(train) & set(validation)
 
 
-def test_fast():
-    make_repeat_dataset(num_train=10, num_validation=10)  # warm-up (pyarrow, etc.)
-    start = time.perf_counter()
-    make_repeat_dataset()
-    assert time.perf_counter() - start < 1.0
-
-
 def _logistic_accuracy(vectorizer, data):
     from sklearn.linear_model import LogisticRegression
 
@@ -126,7 +118,7 @@ def test_every_noun_is_one_token_and_sentences_fit_the_sweep_length():
     from transformers import AutoTokenizer
 
     from papa.modeling import default_model_path
-    from papa.sweep import REPEAT_DEFAULTS
+    from papa.sweep.defaults import REPEAT_DEFAULTS
 
     tokenizer = AutoTokenizer.from_pretrained(default_model_path())
     assert [w for w in NOUNS if len(tokenizer.tokenize(w)) != 1] == []
@@ -135,6 +127,7 @@ def test_every_noun_is_one_token_and_sentences_fit_the_sweep_length():
     assert MAX_WORDS_BEFORE + 1 + 2 <= REPEAT_DEFAULTS["max_seq_length"] // 2
 
 
+@pytest.mark.slow
 def test_bundled_minilm_encodes_the_task_and_all_constant_heads_lose_it():
     """Why this task is the quickstart's: frozen MiniLM's states separate the classes, and they do so
     through its attention (a logistic probe on mean-pooled states of every layer)."""

@@ -1,9 +1,11 @@
-"""Command-line arguments of the PAPA scripts, with the original README's spellings.
+"""Command-line arguments of the PAPA commands, with the original README's spellings.
 
-Training scripts parse `ModelArguments`, `DataArguments` and HF's `TrainingArguments` with
-`HfArgumentParser`, so every Trainer flag works. The averaging scripts use `averaging_parser()`
-(argparse, like HF's run_glue_no_trainer.py, which they descend from). Booleans accept a bare
-flag or a value, and parse honestly: `false`, `False`, `0`, `no` are False.
+Every command parses dataclasses with HF's `HfArgumentParser`: the training scripts
+`ModelArguments`, `DataArguments` and HF's `TrainingArguments` (so every Trainer flag works), the
+averaging scripts `AveragingArguments`, the sweep `SweepArguments`. Booleans accept a bare flag or
+a value, and parse honestly: `false`, `False`, `0`, `no` are False. Each dataclass checks its own
+values in `__post_init__`; a bad flag or value is a `PapaError` (one `error:` line), not argparse's
+usage dump.
 """
 
 import argparse
@@ -11,7 +13,8 @@ from dataclasses import dataclass, field
 
 from transformers import HfArgumentParser, TrainingArguments
 
-from .errors import PapaError
+from .errors import PapaError, check_positive
+from .modeling import training_mode
 
 # transformers 5 renamed this flag; the original commands use the old spelling
 RENAMED_FLAGS = {"--evaluation_strategy": "--eval_strategy"}
@@ -26,21 +29,10 @@ def modernize_argv(argv):
     return out
 
 
-def str2bool(value):
-    if isinstance(value, bool):
-        return value
-    lowered = value.strip().lower()
-    if lowered in ("true", "t", "yes", "y", "1"):
-        return True
-    if lowered in ("false", "f", "no", "n", "0"):
-        return False
-    raise argparse.ArgumentTypeError(f"expected a boolean (true/false), got {value!r}")
-
-
 @dataclass
 class ModelArguments:
     model_name_or_path: str | None = field(
-        default=None, metadata={"help": "HF model name or folder (BERT or RoBERTa). Default: the bundled all-MiniLM-L6-v2."}
+        default=None, metadata={"help": "HF model name or folder (any supported family: BERT, RoBERTa, XLM-R, CamemBERT, ELECTRA, DeBERTa v1/v2/v3, ModernBERT). Default: the bundled all-MiniLM-L6-v2."}
     )
     cache_dir: str | None = field(default=None, metadata={"help": "Where to cache models and datasets from the hub."})
     use_freeze_extract_pooler: bool = field(
@@ -66,6 +58,9 @@ class ModelArguments:
     static_heads_num: int = field(
         default=0, metadata={"help": "How many heads (first rows of sorted_heads.json) to replace by constant matrices."}
     )
+
+    def __post_init__(self):
+        training_mode(self.sort_calculating, self.grad_for_classifier_only, self.grad_for_classifier_and_static_only)
 
 
 @dataclass
@@ -94,32 +89,115 @@ class DataArguments:
         default=False, metadata={"help": "Token tasks: also report precision/recall/f1 per entity type."}
     )
 
+    def __post_init__(self):
+        for flag in ("max_seq_length", "max_train_samples", "max_eval_samples"):
+            check_positive(getattr(self, flag), f"--{flag}")
 
-def parse_training_args(argv):
-    """(ModelArguments, DataArguments, TrainingArguments) from the command line."""
-    parser = HfArgumentParser((ModelArguments, DataArguments, TrainingArguments))
+
+@dataclass
+class AveragingArguments:
+    """run_papa_*_avgs_creator.py: the flags of the original's run_glue_no_trainer-style script."""
+
+    model_name_or_path: str | None = field(
+        default=None, metadata={"help": "HF model name or folder. Default: the bundled all-MiniLM-L6-v2."})
+    task_name: str | None = field(default=None, metadata={"help": "Task (case-insensitive), e.g. cola, sst2, mrpc, ner, repeat."})
+    data_dir: str | None = field(default=None, metadata={"help": "Folder with the task's files (GLUE TSVs or CoNLL text)."})
+    train_file: str | None = field(default=None, metadata={"help": "Training file (GLUE .tsv/.csv/.json, CoNLL .txt/.conll)."})
+    validation_file: str | None = field(
+        default=None, metadata={"help": "Accepted for compatibility; averaging reads the train split only."})
+    max_length: int = field(default=128, metadata={"help": "Sequence length T: inputs are padded/truncated to it."})
+    per_device_train_batch_size: int = field(default=8, metadata={"help": "Batch size per process."})
+    max_train_samples: int | None = field(default=None, metadata={"help": "Average over the first N training examples only."})
+    output_dir: str | None = field(
+        default=None, metadata={"help": "Where avgs.pt, attention_sums.pt and attention_patterns_sums.pt go (required)."})
+    cache_dir: str | None = field(default=None, metadata={"help": "Where to cache models and datasets from the hub."})
+    seed: int = field(default=42, metadata={"help": "Random seed (the averages do not depend on it)."})
+    use_papa_preprocess: bool = field(
+        default=False, metadata={"help": "Use the PAPA layout (first segment from 0, the rest from T/2, separator at T-1)."})
+    pad_to_max_length: bool = field(
+        default=False, metadata={"help": "Accepted for compatibility: averaging always pads to --max_length."})
+    label_all_tokens: bool = field(
+        default=False, metadata={"help": "Accepted for compatibility with the token scripts (no effect on averages)."})
+
+    def __post_init__(self):
+        if not self.output_dir:
+            raise PapaError("--output_dir is required (the folder avgs.pt goes to)")
+        for flag in ("max_length", "per_device_train_batch_size", "max_train_samples"):
+            check_positive(getattr(self, flag), f"--{flag}")
+
+
+@dataclass
+class SweepArguments:
+    """papa-sweep / run_papa_sweep.py. None means the task's default (papa.sweep.defaults)."""
+
+    model_name_or_path: str | None = field(default=None, metadata={
+        "help": "Encoder of any supported family (hub name or folder). Default: the bundled all-MiniLM-L6-v2 (6 x 12 heads)."})
+    task_name: str = field(default="repeat", metadata={
+        "help": "GLUE task (cola sst2 mrpc qqp stsb mnli qnli rte wnli), token task (ner pos chunk), "
+                "or the built-in synthetic 'repeat' (default; needs no data)."})
+    data_dir: str | None = field(default=None, metadata={
+        "help": "Folder with the task's files (GLUE train.tsv/dev.tsv, CoNLL train.txt/valid.txt)."})
+    train_file: str | None = field(default=None, metadata={"help": "Training file, passed to every stage."})
+    validation_file: str | None = field(default=None, metadata={"help": "Validation file, passed to the training runs."})
+    output_dir: str | None = field(default=None, metadata={
+        "help": "Where the stages and results go. Default: outputs/papa_sweep_<task>."})
+    static_heads_nums: list[int] | None = field(default=None, metadata={
+        "help": "Numbers of constant heads to probe. Default: 0, 1/2, 7/8, 15/16 and all of the model's heads "
+                "(0 36 63 68 72 for MiniLM, 0 72 126 135 144 for BERT-base).", "metavar": "K"})
+    num_train_epochs: float | None = field(default=None, metadata={"help": "Epochs of each probing run (task default)."})
+    sort_num_train_epochs: float | None = field(default=None, metadata={
+        "help": "Epochs of the ranking run (default: 1 for repeat, --num_train_epochs for other tasks)."})
+    learning_rate: float | None = field(default=None, metadata={
+        "help": "Learning rate (constant schedule) of the training runs (task default)."})
+    per_device_train_batch_size: int | None = field(default=None, metadata={"help": "Training batch size (task default)."})
+    max_seq_length: int | None = field(default=None, metadata={
+        "help": "Sequence length T of avgs.pt and of every run (task default)."})
+    max_train_samples: int | None = field(default=None, metadata={
+        "help": "Use only the first N training examples (for the averages too)."})
+    max_eval_samples: int | None = field(default=None, metadata={"help": "Evaluate on the first N validation examples only."})
+    seed: int = field(default=42, metadata={"help": "Random seed of every stage."})
+    cache_dir: str | None = field(default=None, metadata={"help": "Hub cache folder, passed to every stage."})
+    extra_args: str = field(default="", metadata={
+        "help": "More flags for the training runs, as one string: --extra_args=\"--weight_decay 0.01\" (with '='). "
+                "Flags the sweep does not know are passed the same way, after its own, so they override its defaults."})
+    verbose: bool = field(default=False, metadata={
+        "help": "Also show each stage's full output (it always goes to <stage>/log.txt)."})
+
+    def __post_init__(self):
+        for flag in ("num_train_epochs", "sort_num_train_epochs", "learning_rate", "per_device_train_batch_size",
+                     "max_seq_length", "max_train_samples", "max_eval_samples"):
+            check_positive(getattr(self, flag), f"--{flag}")
+        if self.static_heads_nums is not None and not self.static_heads_nums:
+            raise PapaError("--static_heads_nums needs at least one value")
+
+
+def parse_dataclasses(types, argv, remaining=False, **parser_kwargs):
+    """`HfArgumentParser(types).parse_args_into_dataclasses(argv)`, bad flags and values as a PapaError.
+
+    With `remaining`, flags no dataclass knows are returned (last) instead of being an error.
+    """
+    parser = HfArgumentParser(types, exit_on_error=False, **parser_kwargs)
     try:
-        return tuple(parser.parse_args_into_dataclasses(args=modernize_argv(argv)))
+        return tuple(parser.parse_args_into_dataclasses(args=list(argv), return_remaining_strings=remaining))
+    except argparse.ArgumentError as err:  # a bad value, or a flag without its value
+        raise PapaError(str(err)) from None
     except ValueError as err:  # unknown flags, and TrainingArguments' own consistency checks
         raise PapaError(str(err).strip().splitlines()[0]) from None
 
 
-def averaging_parser(description):
-    """argparse for run_papa_*_avgs_creator.py (the original's run_glue_no_trainer-style flags)."""
-    p = argparse.ArgumentParser(description=description)
-    flag = lambda name, help: p.add_argument(name, type=str2bool, nargs="?", const=True, default=False, help=help)
-    p.add_argument("--model_name_or_path", default=None, help="HF model name or folder. Default: the bundled all-MiniLM-L6-v2.")
-    p.add_argument("--task_name", default=None, help="Task (case-insensitive), e.g. cola, sst2, mrpc, ner, repeat.")
-    p.add_argument("--data_dir", default=None, help="Folder with the task's files (GLUE TSVs or CoNLL text).")
-    p.add_argument("--train_file", default=None, help="Training file (GLUE .tsv/.csv/.json, CoNLL .txt/.conll).")
-    p.add_argument("--validation_file", default=None, help="Accepted for compatibility; averaging reads the train split only.")
-    p.add_argument("--max_length", type=int, default=128, help="Sequence length T: inputs are padded/truncated to it.")
-    p.add_argument("--per_device_train_batch_size", type=int, default=8, help="Batch size per process.")
-    p.add_argument("--max_train_samples", type=int, default=None, help="Average over the first N training examples only.")
-    p.add_argument("--output_dir", required=True, help="Where avgs.pt, attention_sums.pt and attention_patterns_sums.pt go.")
-    p.add_argument("--cache_dir", default=None, help="Where to cache models and datasets from the hub.")
-    p.add_argument("--seed", type=int, default=42, help="Random seed (the averages do not depend on it).")
-    flag("--use_papa_preprocess", "Use the PAPA layout (first segment from 0, the rest from T/2, separator at T-1).")
-    flag("--pad_to_max_length", "Accepted for compatibility: averaging always pads to --max_length.")
-    flag("--label_all_tokens", "Accepted for compatibility with the token scripts (no effect on averages).")
-    return p
+def parse_training_args(argv):
+    """(ModelArguments, DataArguments, TrainingArguments) from the command line (old flag names accepted)."""
+    return parse_dataclasses((ModelArguments, DataArguments, TrainingArguments), modernize_argv(argv))
+
+
+def parse_averaging_args(argv):
+    """AveragingArguments from the command line."""
+    return parse_dataclasses(AveragingArguments, argv)[0]
+
+
+def parse_sweep_args(argv, **parser_kwargs):
+    """(SweepArguments, the flags it does not know: for the training runs)."""
+    args, passthrough = parse_dataclasses(SweepArguments, argv, remaining=True, allow_abbrev=False, **parser_kwargs)
+    if passthrough and not passthrough[0].startswith("-"):
+        raise PapaError(f"unexpected argument {passthrough[0]!r} (flags the sweep does not know must start with --)")
+    return args, passthrough

@@ -1,7 +1,7 @@
 """One exception type for bad input, and the wrapper that turns it into a clean CLI exit.
 
 Scripts raise `PapaError` with a message that names the problem and, where obvious, the fix.
-`run_cli` prints it on one line and exits 2 without a traceback; set `PAPA_DEBUG=1` (or pass
+`run_cli` (every command's entry) prints it on one line and exits 2 without a traceback; set `PAPA_DEBUG=1` (or pass
 `--debug`) to see the traceback instead.
 """
 
@@ -26,13 +26,14 @@ def debug_enabled(argv=None) -> bool:
 
 
 def run_cli(main, argv=None):
-    """Run `main()`; turn `PapaError` (and Ctrl-C) into one line on stderr and a non-zero exit."""
-    argv = sys.argv if argv is None else argv
+    """Run `main(argv)` (argv: the command line after the program name, default sys.argv[1:]); turn
+    `PapaError` (and Ctrl-C) into one line on stderr and a non-zero exit."""
+    argv = list(sys.argv[1:] if argv is None else argv)
     if "--debug" in argv:
         argv.remove("--debug")
         os.environ["PAPA_DEBUG"] = "1"
     try:
-        return main()
+        return main(argv)
     except PapaError as err:
         if debug_enabled():
             raise

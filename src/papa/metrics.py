@@ -1,8 +1,9 @@
 """GLUE and CoNLL metrics computed locally (no `evaluate`, no hub), with HF's key names and values.
 
-compute_glue_metrics matches HF's glue metric plus run_glue's "combined_score"; compute_token_metrics
-matches HF's seqeval metric as run_ner reports it. Values are plain Python numbers so they go
-straight into JSON.
+compute_glue_metrics matches HF's glue metric plus run_glue's "combined_score" (which metrics a
+task reports is its TaskSpec's `metrics`, keys of SEQUENCE_METRICS); compute_token_metrics matches
+HF's seqeval metric as run_ner reports it; `trainer_metrics` makes the Trainer's compute_metrics for
+a task. Values are plain Python numbers so they go straight into JSON.
 """
 
 import warnings
@@ -12,31 +13,31 @@ from scipy.stats import pearsonr, spearmanr
 from seqeval.metrics import accuracy_score, classification_report
 from sklearn.metrics import f1_score, matthews_corrcoef
 
-from papa.data import SEQUENCE_TASKS, canonical_task_name
-from papa.errors import PapaError
+from .errors import PapaError
+from .tasks import get_task
 
 IGNORE_INDEX = -100
 
+# metric name -> f(predictions, references); predictions are class ids (scores for regression)
+SEQUENCE_METRICS = {
+    "accuracy": lambda p, r: float((p == r).mean()),
+    "f1": lambda p, r: float(f1_score(r, p)),
+    "matthews_correlation": lambda p, r: float(matthews_corrcoef(r, p)),
+    "pearson": lambda p, r: float(pearsonr(p, r)[0]),
+    "spearmanr": lambda p, r: float(spearmanr(p, r)[0]),
+}
+
 
 def compute_glue_metrics(task, predictions, references) -> dict[str, float]:
-    """HF glue metric for `task`: predictions are class ids (scores for stsb)."""
-    task = canonical_task_name(task, SEQUENCE_TASKS)
+    """HF glue metric for `task` (a TaskSpec or a name): predictions are class ids (scores for stsb)."""
+    task = get_task(task, "sequence")
     predictions, references = np.asarray(predictions), np.asarray(references)
     if predictions.shape != references.shape or predictions.ndim != 1:
-        raise PapaError(f"{task} metrics need two flat arrays of equal length, got shapes "
+        raise PapaError(f"{task.name} metrics need two flat arrays of equal length, got shapes "
                         f"{predictions.shape} and {references.shape}")
     if len(references) == 0:
-        raise PapaError(f"{task} metrics need at least one example")
-    if task == "cola":
-        result = {"matthews_correlation": float(matthews_corrcoef(references, predictions))}
-    elif task == "stsb":
-        result = {"pearson": float(pearsonr(predictions, references)[0]),
-                  "spearmanr": float(spearmanr(predictions, references)[0])}
-    elif task in ("mrpc", "qqp"):
-        result = {"accuracy": float((predictions == references).mean()),
-                  "f1": float(f1_score(references, predictions))}
-    else:  # sst2, qnli, rte, wnli, mnli, repeat
-        result = {"accuracy": float((predictions == references).mean())}
+        raise PapaError(f"{task.name} metrics need at least one example")
+    result = {name: SEQUENCE_METRICS[name](predictions, references) for name in task.metrics}
     if len(result) > 1:  # as HF run_glue adds when a metric returns several values
         result["combined_score"] = float(np.mean(list(result.values())))
     return result
@@ -83,3 +84,15 @@ def token_predictions_to_tags(predictions, label_ids, label_list) -> tuple[list[
         predicted_tags.append([label_list[int(p)] for p in predicted_row[keep]])
         gold_tags.append([label_list[int(g)] for g in gold_row[keep]])
     return predicted_tags, gold_tags
+
+
+def trainer_metrics(task, label_list, entity_level=False):
+    """A Trainer `compute_metrics` for `task` (a TaskSpec); `label_list`: id -> label name (None: regression)."""
+    def compute(prediction):
+        logits = prediction.predictions[0] if isinstance(prediction.predictions, tuple) else prediction.predictions
+        if task.kind == "token":
+            predicted, gold = token_predictions_to_tags(logits, prediction.label_ids, label_list)
+            return compute_token_metrics(predicted, gold, entity_level=entity_level)
+        predicted = logits.reshape(-1) if task.is_regression else np.argmax(logits, axis=-1)
+        return compute_glue_metrics(task, predicted, prediction.label_ids)
+    return compute

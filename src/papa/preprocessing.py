@@ -6,7 +6,7 @@ and the final separator always at T-1. Then a head replaced by a constant matrix
 the last separator" for every example, as the averaged attention it replaces did.
 """
 
-from papa.errors import PapaError
+from .errors import PapaError
 
 IGNORE_INDEX = -100  # label of positions the loss and the metrics skip (HF convention)
 
@@ -143,3 +143,20 @@ def tokenize_token_examples(tokenizer, examples: dict, max_length, papa_layout: 
                 result["input_ids"][i], result["attention_mask"][i], result["labels"][i],
                 tokenizer.sep_token_id, tokenizer.pad_token_id, max_length)
     return result
+
+
+def tokenize_dataset(task, dataset_dict, tokenizer, label_list, max_length, papa_layout, pad_to_max_length,
+                     label_all_tokens=False):
+    """`dataset_dict` (a DatasetDict of `task`) tokenised, labels in "labels", the original columns dropped."""
+    if task.kind == "token":
+        def tokenize(batch):
+            return tokenize_token_examples(tokenizer, batch, max_length, papa_layout, pad_to_max_length,
+                                           label_all_tokens, label_list)
+    else:
+        first, second = (task.text_columns + (None,))[:2]
+
+        def tokenize(batch):
+            return tokenize_sequence_examples(tokenizer, batch, first, second, max_length, papa_layout,
+                                              pad_to_max_length)
+    columns = next(iter(dataset_dict.values())).column_names
+    return dataset_dict.map(tokenize, batched=True, remove_columns=columns, desc="Tokenising")

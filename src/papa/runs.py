@@ -1,4 +1,4 @@
-"""What the four PAPA scripts do, shared: the averaging pass and the probing run.
+"""What the four PAPA scripts do: the averaging pass and the probing run, for a resolved task.
 
 `run_averaging` (run_papa_*_avgs_creator.py): tokenise the train split padded to T, run the stock
 encoder in eval mode without gradients, average every head's attention → avgs.pt and the two sums.
@@ -7,107 +7,61 @@ encoder in eval mode without gradients, average every head's attention → avgs.
 matrices (or mix every head, for the ranking run), freeze what the training mode freezes, train
 and evaluate with HF's Trainer, and write the original's files.
 
-Each step validates its inputs before any heavy work; bad input raises `PapaError`.
+Both take the task as a `papa.tasks.TaskSpec` (the command resolved `--task_name`), select
+`--max_train_samples` / `--max_eval_samples` examples before tokenising, and validate their inputs
+before any heavy work: bad input raises `PapaError`.
 """
 
 import json
 import logging
 import os
-from dataclasses import dataclass
 
-import numpy as np
 import transformers
+from datasets import DatasetDict
 from transformers import AutoConfig, AutoModel, AutoTokenizer, Trainer, default_data_collator, set_seed
 
-from . import data, metrics, preprocessing
 from .attention import lambdas_array, load_constant_matrices
-from .encoders import family_for
 from .averaging import accumulate_attention, distributed_context, shard
-from .errors import PapaError, check_positive
+from .conll import load_token_task
+from .console import progress_bar, quiet_trainer, stage
+from .data import load_sequence_task
+from .encoders import family_for
+from .errors import PapaError
 from .io import atomic_path, save_json
+from .metrics import trainer_metrics
 from .modeling import build_model, default_model_path, save_papa_model, set_trainable, training_mode
+from .preprocessing import tokenize_dataset
 from .ranking import check_static_heads_num, first_k_heads, load_sorted_heads, save_ranking
 
 logger = logging.getLogger("papa")
 
 
-def stage(message):
-    """One visible progress line per stage (main process only)."""
-    if int(os.environ.get("RANK", "0")) == 0:
-        print(f"[papa] {message}", flush=True)
+# ----------------------------------------------------------------------------- shared by both runs
 
 
-# ----------------------------------------------------------------------------- tasks
+def load_task_data(task, data_dir, train_file, validation_file, cache_dir, splits):
+    """(DatasetDict of the requested splits, label list: id -> name, None for regression)."""
+    if task.kind == "token":
+        return load_token_task(task, data_dir, train_file, validation_file, cache_dir, splits)
+    datasets = load_sequence_task(task, data_dir, train_file, validation_file, cache_dir, splits)
+    return datasets, None if task.labels is None else list(task.labels)
 
 
-@dataclass
-class Task:
-    """A task's data, labels, tokenisation and metric, for sequence and token tasks alike."""
-
-    name: str
-    kind: str  # "sequence" | "token"
-    datasets: object  # datasets.DatasetDict
-    label_list: list | None  # None for regression (STS-B)
-
-    @property
-    def num_labels(self):
-        return 1 if self.label_list is None else len(self.label_list)
-
-    def tokenize(self, tokenizer, max_length, papa_layout, pad_to_max_length, label_all_tokens=False):
-        """The DatasetDict tokenised (label columns → "labels"), original columns dropped."""
-        if self.kind == "sequence":
-            key1, key2 = data.TASK_TO_KEYS[self.name]
-            fn = lambda batch: preprocessing.tokenize_sequence_examples(
-                tokenizer, batch, key1, key2, max_length, papa_layout, pad_to_max_length)
-        else:
-            fn = lambda batch: preprocessing.tokenize_token_examples(
-                tokenizer, batch, max_length, papa_layout, pad_to_max_length, label_all_tokens, self.label_list)
-        columns = next(iter(self.datasets.values())).column_names
-        return self.datasets.map(fn, batched=True, remove_columns=columns, desc="Tokenising")
-
-    def compute_metrics(self, entity_level=False):
-        """A Trainer `compute_metrics` for this task."""
-        def compute(prediction):
-            logits = prediction.predictions[0] if isinstance(prediction.predictions, tuple) else prediction.predictions
-            if self.kind == "token":
-                predicted, gold = metrics.token_predictions_to_tags(logits, prediction.label_ids, self.label_list)
-                return metrics.compute_token_metrics(predicted, gold, entity_level=entity_level)
-            predicted = logits.reshape(-1) if self.label_list is None else np.argmax(logits, axis=-1)
-            return metrics.compute_glue_metrics(self.name, predicted, prediction.label_ids)
-        return compute
-
-
-def load_task(kind, task_name, data_dir, train_file, validation_file, cache_dir, splits):
-    """Validate the task name and load its splits (offline first; see papa.data)."""
-    if task_name is None:
-        valid = data.SEQUENCE_TASKS if kind == "sequence" else data.TOKEN_TASKS
-        raise PapaError(f"--task_name is required; one of: {', '.join(valid)}")
-    if kind == "sequence":
-        name = data.canonical_task_name(task_name, data.SEQUENCE_TASKS)
-        datasets = data.load_sequence_task(name, data_dir, train_file, validation_file, cache_dir, splits)
-        return Task(name, kind, datasets, data.glue_label_names(name))
-    name = data.canonical_task_name(task_name, data.TOKEN_TASKS)
-    datasets, label_list = data.load_token_task(name, data_dir, train_file, validation_file, cache_dir, splits)
-    return Task(name, kind, datasets, label_list)
-
-
-# ----------------------------------------------------------------------------- model pieces
-
-
-def load_config_and_tokenizer(model_name_or_path, cache_dir, task, max_length):
-    """Config with the task's labels, and a tokenizer; checks T against the position embeddings."""
+def load_config_and_tokenizer(model_name_or_path, cache_dir, task, label_list, max_length):
+    """Config with the task's labels, and a tokenizer; checks the model type and T against the position embeddings."""
     path = model_name_or_path or default_model_path()
+    num_labels = 1 if label_list is None else len(label_list)
     try:
-        config = AutoConfig.from_pretrained(path, cache_dir=cache_dir, num_labels=task.num_labels)
+        config = AutoConfig.from_pretrained(path, cache_dir=cache_dir, num_labels=num_labels)
     except OSError as err:
         raise PapaError(f"cannot load model {path!r}: {str(err).splitlines()[0]}") from None
     try:
         family = family_for(config)
     except PapaError as err:
         raise PapaError(f"{path}: {err}") from None
-    if task.label_list is not None:
-        config.id2label = dict(enumerate(task.label_list))
-        config.label2id = {label: i for i, label in enumerate(task.label_list)}
+    if label_list is not None:
+        config.id2label = dict(enumerate(label_list))
+        config.label2id = {label: i for i, label in enumerate(label_list)}
     # RoBERTa-style models reserve their first position ids for padding
     limit = config.max_position_embeddings - (config.pad_token_id + 1 if family.position_offset else 0)
     if max_length > limit:
@@ -120,28 +74,27 @@ def load_config_and_tokenizer(model_name_or_path, cache_dir, task, max_length):
     return path, config, tokenizer
 
 
-def limit(dataset, max_samples):
+def first_examples(dataset, max_samples):
     return dataset if max_samples is None else dataset.select(range(min(max_samples, len(dataset))))
 
 
 # ----------------------------------------------------------------------------- averaging
 
 
-def run_averaging(args, kind):
-    """The averaging pass: writes avgs.pt, attention_sums.pt, attention_patterns_sums.pt."""
+def run_averaging(task, args):
+    """The averaging pass (args: papa.arguments.AveragingArguments): writes avgs.pt and the two sums."""
     import torch.distributed as dist
     from torch.utils.data import DataLoader, Subset
-    from tqdm.auto import tqdm
 
     set_seed(args.seed)
-    for flag in ("max_length", "per_device_train_batch_size", "max_train_samples"):
-        check_positive(getattr(args, flag), f"--{flag}")
-    task = load_task(kind, args.task_name, args.data_dir, args.train_file, None, args.cache_dir, ("train",))
-    path, config, tokenizer = load_config_and_tokenizer(args.model_name_or_path, args.cache_dir, task, args.max_length)
+    datasets, label_list = load_task_data(task, args.data_dir, args.train_file, None, args.cache_dir, ("train",))
+    path, config, tokenizer = load_config_and_tokenizer(args.model_name_or_path, args.cache_dir, task, label_list,
+                                                        args.max_length)
     stage(f"averaging attention of {path} on {task.name} (T={args.max_length})")
 
-    task.datasets["train"] = limit(task.datasets["train"], args.max_train_samples)
-    tokenized = task.tokenize(tokenizer, args.max_length, args.use_papa_preprocess, pad_to_max_length=True)["train"]
+    train = DatasetDict(train=first_examples(datasets["train"], args.max_train_samples))
+    tokenized = tokenize_dataset(task, train, tokenizer, label_list, args.max_length, args.use_papa_preprocess,
+                                 pad_to_max_length=True)["train"]
     columns = [c for c in ("input_ids", "attention_mask", "token_type_ids") if c in tokenized.column_names]
     tokenized = tokenized.with_format("torch", columns=columns)
 
@@ -151,7 +104,7 @@ def run_averaging(args, kind):
     # each process reads a disjoint shard: no example is counted twice, whatever the sizes
     loader = DataLoader(Subset(tokenized, shard(len(tokenized), rank, world_size)),
                         batch_size=args.per_device_train_batch_size, collate_fn=default_data_collator)
-    progress = tqdm(total=len(loader), desc="Averaging", disable=rank != 0)
+    progress = progress_bar(len(loader), "Averaging", disable=rank != 0)
     averager = accumulate_attention(model, loader, args.max_length, device, progress)
     progress.close()
     averager.all_reduce()
@@ -164,7 +117,14 @@ def run_averaging(args, kind):
         dist.destroy_process_group()
 
 
-# ----------------------------------------------------------------------------- probing
+# ----------------------------------------------------------------------------- probing: checks
+
+
+def requested_splits(training_args):
+    splits = tuple(s for s, on in (("train", training_args.do_train), ("validation", training_args.do_eval)) if on)
+    if not splits:
+        raise PapaError("nothing to do: pass --do_train and/or --do_eval")
+    return splits
 
 
 def heads_to_replace(model_args, config):
@@ -190,10 +150,46 @@ def heads_to_replace(model_args, config):
     return load_constant_matrices(model_args.static_heads_dir, num_layers, num_heads), static, False
 
 
-def check_constant_length(constants, max_seq_length):
+def check_heads_setup(constants, mix, mode, max_seq_length, do_train):
+    """The constant matrices fit T, and the training mode fits what is being replaced."""
     if constants is not None and constants.shape[-1] != max_seq_length:
         raise PapaError(f"avgs.pt was computed at length {constants.shape[-1]} but --max_seq_length is "
                         f"{max_seq_length}; use --max_seq_length {constants.shape[-1]} or recompute avgs.pt")
+    if mix and not do_train:
+        raise PapaError("--sort_calculating ranks heads by training their mixing weights: add --do_train")
+    if mode == "grad_for_classifier_and_static_only" and constants is None:
+        raise PapaError("--grad_for_classifier_and_static_only trains constant matrices: pass --static_heads_dir")
+
+
+# ----------------------------------------------------------------------------- probing: pieces
+
+
+def probing_datasets(task, datasets, tokenizer, label_list, data_args, pad, training_args):
+    """(train dataset or None, {metric key prefix: eval dataset}), the sample limits applied before tokenising."""
+    limits = {"train": data_args.max_train_samples}
+    limits.update({split: data_args.max_eval_samples for split, _, _ in task.eval_splits})
+    selected = DatasetDict({split: first_examples(d, limits[split]) for split, d in datasets.items()})
+    tokenized = tokenize_dataset(task, selected, tokenizer, label_list, data_args.max_seq_length,
+                                 data_args.use_papa_preprocess, pad, data_args.label_all_tokens)
+    train = tokenized["train"] if training_args.do_train else None
+    evals = {prefix: tokenized[split] for split, _, prefix in task.eval_splits
+             if training_args.do_eval and split in tokenized}
+    return train, evals
+
+
+def make_trainer(task, model, tokenizer, label_list, pad, train_dataset, eval_sets, data_args, training_args):
+    if pad:
+        collator = default_data_collator
+    elif task.kind == "token":
+        collator = transformers.DataCollatorForTokenClassification(tokenizer)
+    else:
+        collator = transformers.DataCollatorWithPadding(tokenizer)
+    trainer = Trainer(
+        model=model, args=training_args, train_dataset=train_dataset,
+        eval_dataset=eval_sets.get("eval"), processing_class=tokenizer, data_collator=collator,
+        compute_metrics=trainer_metrics(task, label_list, data_args.return_entity_level_metrics),
+    )
+    return quiet_trainer(trainer)
 
 
 def save_results(split, results, output_dir):
@@ -207,88 +203,72 @@ def save_results(split, results, output_dir):
     save_json({**combined, **results}, combined_path, indent=4, sort_keys=True)
 
 
-def run_probing(model_args, data_args, training_args, kind):
+def train_and_save(trainer, tokenizer, mix, training_args):
+    """Train; write the model (or its config only, with --save_total_limit 0), the ranking, the train results."""
+    model, output_dir = trainer.model, training_args.output_dir
+    stage(f"training on {len(trainer.train_dataset)} examples for {training_args.num_train_epochs:g} epochs")
+    result = trainer.train()
+    train_metrics = dict(result.metrics, train_samples=len(trainer.train_dataset))
+    if trainer.is_world_process_zero():
+        if training_args.save_total_limit != 0:
+            save_papa_model(model, output_dir)
+            tokenizer.save_pretrained(output_dir)
+        else:
+            model.config.save_pretrained(output_dir)
+        if mix:
+            save_ranking(lambdas_array(model), output_dir)
+            stage(f"wrote lambdas.npy and sorted_heads.json to {output_dir}")
+    trainer.log_metrics("train", train_metrics)
+    if trainer.is_world_process_zero():
+        save_results("train", train_metrics, output_dir)
+        with atomic_path(os.path.join(output_dir, "trainer_state.json")) as tmp:
+            trainer.state.save_to_json(tmp)
+
+
+def evaluate_and_save(trainer, eval_sets, output_dir):
+    """Evaluate on every evaluation split (MNLI: matched and mismatched) into one eval_results.json."""
+    all_eval = {}
+    for prefix, dataset in eval_sets.items():
+        results = trainer.evaluate(eval_dataset=dataset, metric_key_prefix=prefix)
+        results[f"{prefix}_samples"] = len(dataset)
+        all_eval.update(results)
+    trainer.log_metrics("eval", all_eval)
+    if trainer.is_world_process_zero():
+        save_results("eval", all_eval, output_dir)
+    stage("eval: " + ", ".join(f"{k}={v:.4f}" for k, v in all_eval.items()
+                               if isinstance(v, float) and not k.endswith(("runtime", "per_second", "loss"))))
+
+
+# ----------------------------------------------------------------------------- probing
+
+
+def run_probing(task, model_args, data_args, training_args):
     """Train and evaluate one PAPA configuration with the Trainer; writes the original's files."""
     mode = training_mode(model_args.sort_calculating, model_args.grad_for_classifier_only,
                          model_args.grad_for_classifier_and_static_only)
-    for flag in ("max_seq_length", "max_train_samples", "max_eval_samples"):
-        check_positive(getattr(data_args, flag), f"--{flag}")
-    splits = tuple(s for s, on in (("train", training_args.do_train), ("validation", training_args.do_eval)) if on)
-    if not splits:
-        raise PapaError("nothing to do: pass --do_train and/or --do_eval")
-    task = load_task(kind, data_args.task_name, data_args.data_dir, data_args.train_file,
-                     data_args.validation_file, model_args.cache_dir, splits)
+    splits = requested_splits(training_args)
+    datasets, label_list = load_task_data(task, data_args.data_dir, data_args.train_file, data_args.validation_file,
+                                          model_args.cache_dir, splits)
     path, config, tokenizer = load_config_and_tokenizer(model_args.model_name_or_path, model_args.cache_dir, task,
-                                                        data_args.max_seq_length)
+                                                        label_list, data_args.max_seq_length)
     constants, static_heads, mix = heads_to_replace(model_args, config)
-    check_constant_length(constants, data_args.max_seq_length)
-    if mix and not training_args.do_train:
-        raise PapaError("--sort_calculating ranks heads by training their mixing weights: add --do_train")
-    if mode == "grad_for_classifier_and_static_only" and constants is None:
-        raise PapaError("--grad_for_classifier_and_static_only trains constant matrices: pass --static_heads_dir")
+    check_heads_setup(constants, mix, mode, data_args.max_seq_length, training_args.do_train)
     set_seed(training_args.seed)
 
     # constant matrices and the freeze-extract pooler are defined per position: pad everything to T
     pad = data_args.pad_to_max_length or constants is not None or model_args.use_freeze_extract_pooler
-    tokenized = task.tokenize(tokenizer, data_args.max_seq_length, data_args.use_papa_preprocess, pad,
-                              data_args.label_all_tokens)
-    train_dataset = limit(tokenized["train"], data_args.max_train_samples) if training_args.do_train else None
-    eval_sets = {}
-    if training_args.do_eval:
-        eval_sets[task.name] = limit(tokenized["validation"], data_args.max_eval_samples)
-        if "validation_mismatched" in tokenized:
-            eval_sets["mnli-mm"] = limit(tokenized["validation_mismatched"], data_args.max_eval_samples)
+    train_dataset, eval_sets = probing_datasets(task, datasets, tokenizer, label_list, data_args, pad, training_args)
 
-    model_class = "AutoModelForSequenceClassification" if kind == "sequence" else "AutoModelForTokenClassification"
     num_constant = sum(len(h) for h in static_heads.values())
     stage(f"{task.name}: {path}, {'mixing all heads (ranking run)' if mix else f'{num_constant} constant heads'}, "
           f"mode={mode or 'full fine-tuning'}, T={data_args.max_seq_length}")
-    model = build_model(model_class, config, path, constants, static_heads, mix,
+    model = build_model(task.model_class, config, path, constants, static_heads, mix,
                         data_args.max_seq_length if model_args.use_freeze_extract_pooler else None, model_args.cache_dir)
-    trainable = set_trainable(model, mode)
-    logger.info("trainable parameters: %s", ", ".join(trainable))
-
-    if pad:
-        collator = default_data_collator
-    elif kind == "token":
-        collator = transformers.DataCollatorForTokenClassification(tokenizer)
-    else:
-        collator = transformers.DataCollatorWithPadding(tokenizer)
-    trainer = Trainer(
-        model=model, args=training_args, train_dataset=train_dataset,
-        eval_dataset=eval_sets.get(task.name), processing_class=tokenizer, data_collator=collator,
-        compute_metrics=task.compute_metrics(data_args.return_entity_level_metrics),
-    )
+    logger.info("trainable parameters: %s", ", ".join(set_trainable(model, mode)))
+    trainer = make_trainer(task, model, tokenizer, label_list, pad, train_dataset, eval_sets, data_args, training_args)
 
     if training_args.do_train:
-        stage(f"training on {len(train_dataset)} examples for {training_args.num_train_epochs:g} epochs")
-        result = trainer.train()
-        train_metrics = dict(result.metrics, train_samples=len(train_dataset))
-        if trainer.is_world_process_zero():
-            if training_args.save_total_limit != 0:
-                save_papa_model(model, training_args.output_dir)
-                tokenizer.save_pretrained(training_args.output_dir)
-            else:
-                model.config.save_pretrained(training_args.output_dir)
-            if mix:
-                save_ranking(lambdas_array(model), training_args.output_dir)
-                stage(f"wrote lambdas.npy and sorted_heads.json to {training_args.output_dir}")
-        trainer.log_metrics("train", train_metrics)
-        if trainer.is_world_process_zero():
-            save_results("train", train_metrics, training_args.output_dir)
-            with atomic_path(os.path.join(training_args.output_dir, "trainer_state.json")) as tmp:
-                trainer.state.save_to_json(tmp)
-
+        train_and_save(trainer, tokenizer, mix, training_args)
     if training_args.do_eval:
-        all_eval = {}
-        for name, dataset in eval_sets.items():
-            prefix = "eval" if name == task.name else f"eval_{name}"
-            results = trainer.evaluate(eval_dataset=dataset, metric_key_prefix=prefix)
-            results[f"{prefix}_samples"] = len(dataset)
-            all_eval.update(results)
-        trainer.log_metrics("eval", all_eval)
-        if trainer.is_world_process_zero():
-            save_results("eval", all_eval, training_args.output_dir)
-        stage("eval: " + ", ".join(f"{k}={v:.4f}" for k, v in all_eval.items()
-                                   if isinstance(v, float) and not k.endswith(("runtime", "per_second", "loss"))))
+        evaluate_and_save(trainer, eval_sets, training_args.output_dir)
     return trainer

@@ -1,0 +1,151 @@
+"""The benchmark's report: the machine, the goals judged on the medians, and the markdown tables."""
+
+import datetime
+import os
+import platform
+
+import torch
+import transformers
+
+from .flops import FLOP_NOTE
+
+MEMORY_TOLERANCE = (0.10, 4.0)  # "equal" memory: within 10 % or 4 MB (RSS granularity and allocator noise)
+
+
+def machine_info(args):
+    cpu = platform.processor() or platform.machine()
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    cpu = line.split(":", 1)[1].strip()
+                    break
+    except OSError:
+        pass
+    info = {
+        "cpu": cpu, "logical_cpus": os.cpu_count(), "torch_threads": torch.get_num_threads(),
+        "platform": platform.platform(), "python": platform.python_version(),
+        "torch": torch.__version__, "transformers": transformers.__version__,
+        "load_average_1m": os.getloadavg()[0],
+        "device": args.device, "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+    }
+    if str(args.device).startswith("cuda"):
+        info["gpu"] = torch.cuda.get_device_name(args.device)
+    return info
+
+
+def relative_spread(row):
+    """Half the interquartile range over the median: the timing noise of one variant."""
+    return (row["p75_s"] - row["p25_s"]) / (2 * row["median_s"])
+
+
+def goals(results):
+    """Each goal judged strictly on the medians; `noise` gives ± half the IQR (relative) of the
+    two timings compared, so a miss smaller than that reads as 'within noise'."""
+    out = []
+    inference = results.get("inference") or []
+    for T in sorted({r["seq_len"] for r in inference}):
+        by_name = {r["variant"]: r for r in inference if r["seq_len"] == T}
+        stock = by_name["stock sdpa"]
+        zero = by_name.get("PAPA, 0 constant")
+        if zero:
+            out.append({"goal": f"T={T}: 0 constant heads ≤ 1.00x stock time",
+                        "value": f"{zero['time_ratio_to_stock']:.3f}x stock time "
+                                 f"(paired {1 / zero['paired_speed_ratio']:.3f}x)",
+                        "met": zero["time_ratio_to_stock"] <= 1.0,
+                        "noise": max(relative_spread(stock), relative_spread(zero))})
+        full = by_name.get("PAPA, all constant")
+        if full:
+            noise = max(relative_spread(stock), relative_spread(full))
+            out.append({"goal": f"T={T}: all heads constant ≥ 1.15x faster",
+                        "value": f"{full['speed_ratio_to_stock']:.3f}x (paired {full['paired_speed_ratio']:.3f}x)",
+                        "met": full["speed_ratio_to_stock"] >= 1.15, "noise": noise})
+            pct = full["percent_of_bound"]
+            out.append({"goal": f"T={T}: all heads constant ≥ 90% of the FLOP bound ({full['flop_bound_speedup']:.3f}x)",
+                        "value": f"{pct:.1f}%", "met": pct is not None and pct >= 90, "noise": noise})
+    averaging = results.get("averaging")
+    if averaging:
+        timing = {r["variant"]: r for r in averaging["timing"]}
+        ours = timing["accumulate_attention (ours)"]
+        plain = timing["plain eager forward, output_attentions"]
+        out.append({"goal": "averaging: accumulate_attention ≤ 1.10x plain eager forward",
+                    "value": f"{ours['time_ratio_to_plain']:.3f}x", "met": ours["time_ratio_to_plain"] <= 1.10,
+                    "noise": max(relative_spread(ours), relative_spread(plain))})
+        mem = [m for m in averaging["memory"] if m["variant"] == "accumulate_attention (ours)"]
+        if len(mem) == 2:
+            a, b = mem[0]["peak_increase_mb"], mem[1]["peak_increase_mb"]
+            tolerance = max(MEMORY_TOLERANCE[0] * abs(a), MEMORY_TOLERANCE[1])
+            out.append({"goal": f"averaging peak memory at {mem[1]['batches']} batches = at {mem[0]['batches']} "
+                                f"(±max(10%, 4 MB))",
+                        "value": f"{a:.1f} MB vs {b:.1f} MB", "met": abs(b - a) <= tolerance, "noise": None})
+    return out
+
+
+def _table(headers, rows):
+    """A markdown table: a header, the rule, one line per row of cells."""
+    lines = ["| " + " | ".join(headers) + " |", "|" + "---|" * len(headers)]
+    return lines + ["| " + " | ".join(str(cell) for cell in row) + " |" for row in rows]
+
+
+def _percent(value):
+    return "–" if value is None else f"{value:.0f}%"
+
+
+def _inference_section(rows, s):
+    table = _table(
+        ["T", "variant", "constant heads", "median ms", "IQR ms", "speed vs stock", "paired", "FLOP bound", "% of bound"],
+        [[r["seq_len"], r["variant"], f"{r['constant_heads']}/{r['total_heads']}", f"{1e3 * r['median_s']:.1f}",
+          f"{1e3 * (r['p75_s'] - r['p25_s']):.1f}", f"{r['speed_ratio_to_stock']:.3f}x", f"{r['paired_speed_ratio']:.3f}x",
+          f"{r['flop_bound_speedup']:.3f}x", _percent(r["percent_of_bound"])] for r in rows])
+    return ([f"## Inference (batch {s['batch_size']}, last quarter of each row padded, no attentions, "
+             f"inference_mode; {s['repeats']} repeats)", ""] + table
+            + ["", "speed vs stock = stock median / variant median; paired = median over repetitions of "
+                   "stock time / variant time within the same round. FLOP model: " + FLOP_NOTE])
+
+
+def _averaging_section(a, s):
+    timing = _table(["variant", "median s", "IQR s", "time vs plain forward"],
+                    [[r["variant"], f"{r['median_s']:.3f}", f"{r['p75_s'] - r['p25_s']:.3f}",
+                      f"{r['time_ratio_to_plain']:.3f}x"] for r in a["timing"]])
+    memory = _table(["variant", "batches", "peak memory increase MB"],
+                    [[r["variant"], r["batches"], f"{r['peak_increase_mb']:.1f}"] for r in a["memory"]])
+    threshold = a["memory"][0].get("malloc_mmap_threshold")
+    return ([f"## Averaging pass ({a['batches']} batches of {a['batch_size']}, T={a['seq_len']}, eager model; "
+             f"{s['avg_repeats']} repeats)", ""] + timing + [""] + memory
+            + ["", "Memory: " + a["memory"][0]["memory_kind"] + " (each row a fresh child process; model "
+               "weights loaded and touched before the baseline"
+               + (f"; mallopt M_MMAP_THRESHOLD={threshold}" if threshold else "") + ")."])
+
+
+def _training_section(t, s):
+    table = _table(["mode", "set_trainable", "trainable params", "median ms/step", "IQR ms", "peak memory increase MB"],
+                   [[r["variant"], r["mode"], f"{r['trainable_parameters']:,}", f"{1e3 * r['median_s']:.1f}",
+                     f"{1e3 * (r['p75_s'] - r['p25_s']):.1f}", f"{r['peak_increase_mb']:.1f}"] for r in t["rows"]])
+    return ([f"## One training step (forward + backward + AdamW, batch {t['batch_size']}, T={t['seq_len']}, "
+             f"freeze-extract sequence probe, train mode; {s['train_repeats']} repeats)", ""] + table
+            + ["", "Memory: peak increase over two steps (AdamW state included) in a fresh child process."])
+
+
+def _goals_section(goal_rows):
+    return ["## Goals", ""] + _table(
+        ["goal", "measured", "met", "timing noise (±½ IQR)"],
+        [[g["goal"], g["value"], "yes" if g["met"] else "NO", "–" if g.get("noise") is None else f"±{100 * g['noise']:.1f}%"]
+         for g in goal_rows])
+
+
+def markdown(results):
+    """The report: the machine, then one section per benchmark that ran, then the goals."""
+    m, s = results["machine"], results["settings"]
+    lines = [f"# PAPA benchmark — {s['model']}", "",
+             f"{m['cpu']} ({m['logical_cpus']} logical CPUs, torch threads {m['torch_threads']}), device "
+             f"{m['device']}{' ' + m['gpu'] if 'gpu' in m else ''}; torch {m['torch']}, transformers "
+             f"{m['transformers']}, Python {m['python']}; {m['date']}; 1-min load average "
+             f"{m['load_average_1m']:.2f} at start, {m.get('load_average_1m_end', float('nan')):.2f} at end. "
+             f"Command: `{s['command']}`. Medians of interleaved repetitions after warm-up."]
+    sections = [("inference", _inference_section), ("averaging", _averaging_section), ("training", _training_section)]
+    for key, section in sections:
+        if results.get(key):
+            lines += [""] + section(results[key], s)
+    if results.get("goals"):
+        lines += [""] + _goals_section(results["goals"])
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,210 @@
+"""The three benchmarks (inference, the averaging pass, a training step) and the run that ties them together.
+
+1. inference (no attentions requested, torch.inference_mode): stock sdpa encoder vs PAPA-patched
+   copies (workloads.INFERENCE_VARIANTS) at each --seq_lens; speed ratio to stock and the FLOP
+   bound (flops.py) of pruning the Q/K projections and QKᵀ of the constant heads;
+2. the averaging pass (`papa.averaging.accumulate_attention`, eager model) vs. a plain eager forward
+   with output_attentions=True over the same batches vs. the original PAPA code's loop; peak memory
+   of the pass at N and 4N batches (each in a fresh child process);
+3. one training step (forward + backward + AdamW, train mode) of a freeze-extract sequence probe in
+   each of workloads.TRAINING_VARIANTS: median time and peak memory (child processes).
+
+Variants are interleaved round-robin within each repetition (harness.py) and medians reported.
+Entry point: `papa-benchmark` (papa.cli.benchmark, papa_scripts/benchmark_papa.py).
+"""
+
+import copy
+import gc
+import os
+import shlex
+import statistics
+import sys
+import time
+from dataclasses import dataclass, field
+
+import torch
+
+from ..attention import patch_model
+from ..errors import PapaError
+from ..io import save_json, save_text
+from ..modeling import default_model_path
+from .flops import FLOP_NOTE, flop_bound, percent_of_bound
+from .harness import interleaved_times, paired_ratio, run_child, summary
+from .report import goals, machine_info, markdown
+from .workloads import (AVERAGING_VARIANTS, INFERENCE_VARIANTS, TRAINING_VARIANTS, averaging_batches, first_k_heads,
+                        inference_inputs, load_config, load_encoder, quiet_transformers, random_constants,
+                        training_setup)
+
+
+@dataclass
+class BenchmarkArguments:
+    model_name_or_path: str | None = field(default=None, metadata={
+        "help": "BERT/RoBERTa checkpoint (folder or hub name); default: the bundled all-MiniLM-L6-v2"})
+    tiny: bool = field(default=False, metadata={
+        "help": "use a tiny random BERT (2 layers, 4 heads, hidden 32) instead: a smoke test in seconds"})
+    device: str = field(default="cpu", metadata={"choices": ["cpu", "cuda"], "help": "where to run"})
+    threads: int | None = field(default=None, metadata={
+        "help": "torch CPU threads (default: torch's choice). On a shared machine use fewer threads than idle "
+                "cores: an intra-op thread that loses its core stalls every parallel region"})
+    batch_size: int = field(default=32, metadata={"help": "batch size of every benchmark"})
+    seq_lens: list[int] = field(default_factory=lambda: [64, 128], metadata={"help": "sequence lengths for inference"})
+    repeats: int = field(default=15, metadata={"help": "timed repetitions per inference variant"})
+    warmup: int = field(default=1, metadata={"help": "untimed warm-up rounds (inference and training)"})
+    avg_batches: int = field(default=8, metadata={"help": "N: batches in the averaging pass (memory: N and 4N)"})
+    avg_seq_len: int = field(default=64, metadata={"help": "sequence length of the averaging pass"})
+    avg_repeats: int = field(default=3, metadata={"help": "timed repetitions of each averaging variant"})
+    train_seq_len: int = field(default=64, metadata={"help": "sequence length of the training step"})
+    train_repeats: int = field(default=6, metadata={"help": "timed training steps per mode"})
+    malloc_mmap_threshold: int = field(default=131072, metadata={
+        "help": "CPU memory children call mallopt(M_MMAP_THRESHOLD, this many bytes), so freed tensors leave the "
+                "RSS at once and peaks are reproducible; 0 keeps glibc's dynamic default"})
+    skip: list[str] = field(default_factory=list, metadata={
+        "choices": ["inference", "averaging", "training"], "help": "benchmarks to leave out"})
+    json: str | None = field(default=None, metadata={
+        "help": "write all figures to this JSON file (and the markdown table to the same path with .md)"})
+
+    def __post_init__(self):
+        self.model_name_or_path = self.model_name_or_path or default_model_path()
+        for name in ("batch_size", "repeats", "avg_batches", "avg_seq_len", "avg_repeats", "train_seq_len",
+                     "train_repeats"):
+            if getattr(self, name) <= 0:
+                raise PapaError(f"--{name} must be positive; got {getattr(self, name)}")
+        if self.warmup < 0 or any(t <= 0 for t in self.seq_lens):
+            raise PapaError("--warmup must be ≥ 0 and --seq_lens positive")
+        if self.device == "cuda" and not torch.cuda.is_available():
+            raise PapaError("--device cuda but CUDA is not available")
+
+
+def bench_inference(args, config):
+    L, H = config.num_hidden_layers, config.num_attention_heads
+    stock = load_encoder(args, "sdpa")
+    rows = []
+    for T in args.seq_lens:
+        inputs = inference_inputs(config, args.batch_size, T, args.device)
+        constants = random_constants(config, T)
+        models = {"stock sdpa": stock}
+        heads = {"stock sdpa": 0}
+        for label, fraction in INFERENCE_VARIANTS:
+            k = round(fraction * L * H)
+            model = copy.deepcopy(stock)
+            patch_model(model, constants, static_heads=first_k_heads(k, L, H))
+            models[f"PAPA, {label}"] = model.eval()
+            heads[f"PAPA, {label}"] = k
+
+        def runner(model):
+            def run():
+                with torch.inference_mode():
+                    model(**inputs)
+            return run
+
+        print(f"[bench] inference T={T}: {len(models)} variants x {args.repeats} repeats", file=sys.stderr, flush=True)
+        times = interleaved_times({name: runner(m) for name, m in models.items()}, args.repeats, args.warmup, args.device)
+        stock_median = statistics.median(times["stock sdpa"])
+        for name in models:
+            stats = summary(times[name])
+            flops = flop_bound(config, T, heads[name])
+            ratio = stock_median / stats["median_s"]
+            rows.append({
+                "seq_len": T, "variant": name, "constant_heads": heads[name], "total_heads": L * H,
+                **stats,
+                "speed_ratio_to_stock": ratio,
+                "time_ratio_to_stock": 1.0 / ratio,
+                "paired_speed_ratio": paired_ratio(times["stock sdpa"], times[name]),
+                "flop_removed_share": flops["removed_share"],
+                "flop_bound_speedup": flops["bound_speedup"],
+                "percent_of_bound": None if name == "stock sdpa" else percent_of_bound(ratio, flops["bound_speedup"]),
+            })
+        del models
+        gc.collect()
+    return rows
+
+
+def bench_averaging(args, config):
+    T, N = args.avg_seq_len, args.avg_batches
+    model = load_encoder(args, "eager")
+    batches = averaging_batches(config, N, args.batch_size, T)
+    variants = {name: (lambda fn=fn: fn(model, batches, T, args.device)) for name, fn in AVERAGING_VARIANTS.items()}
+    print(f"[bench] averaging: {N} batches x {args.avg_repeats} repeats", file=sys.stderr, flush=True)
+    times = interleaved_times(variants, args.avg_repeats, 1, args.device)
+    plain = statistics.median(times["plain eager forward, output_attentions"])
+    timing = []
+    for name in variants:
+        stats = summary(times[name])
+        timing.append({"variant": name, **stats, "time_ratio_to_plain": stats["median_s"] / plain,
+                       "paired_time_ratio_to_plain": 1.0 / paired_ratio(times["plain eager forward, output_attentions"],
+                                                                        times[name])})
+    del model
+    gc.collect()
+    memory = []
+    for name, count in ((next(iter(AVERAGING_VARIANTS)), N), (next(iter(AVERAGING_VARIANTS)), 4 * N),
+                        ("original loop", N), ("plain eager forward, output_attentions", N)):
+        print(f"[bench] averaging memory: {name}, {count} batches (child process)", file=sys.stderr, flush=True)
+        memory.append({"variant": name, "batches": count,
+                       **run_child(args, {"kind": "averaging", "variant": name, "batches": count})})
+    return {"seq_len": T, "batches": N, "batch_size": args.batch_size, "timing": timing, "memory": memory}
+
+
+def bench_training(args, config):
+    T = args.train_seq_len
+    steps = {}
+    trainable = {}
+    for variant in TRAINING_VARIANTS:
+        model, _, step = training_setup(args, config, variant, T)
+        steps[variant] = step
+        trainable[variant] = sum(p.numel() for p in model.parameters() if p.requires_grad)
+    print(f"[bench] training: {len(steps)} modes x {args.train_repeats} repeats", file=sys.stderr, flush=True)
+    times = interleaved_times(steps, args.train_repeats, args.warmup, args.device)
+    del steps
+    gc.collect()
+    rows = []
+    for variant in TRAINING_VARIANTS:
+        print(f"[bench] training memory: {variant} (child process)", file=sys.stderr, flush=True)
+        memory = run_child(args, {"kind": "training", "variant": variant})
+        rows.append({"variant": variant, "mode": TRAINING_VARIANTS[variant].mode or "full fine-tuning",
+                     "trainable_parameters": trainable[variant], **summary(times[variant]), **memory})
+    return {"seq_len": T, "batch_size": args.batch_size, "rows": rows}
+
+
+def run_benchmark(args, argv):
+    """Run the benchmarks `args` asks for; print the report and write it (--json) atomically."""
+    quiet_transformers()
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    torch.manual_seed(0)
+    config = load_config(args)
+    busy = os.getloadavg()[0]
+    if not str(args.device).startswith("cuda") and busy + torch.get_num_threads() > (os.cpu_count() or 1) + 0.5:
+        print(f"[bench] warning: 1-min load average {busy:.2f} with {torch.get_num_threads()} torch threads on "
+              f"{os.cpu_count()} CPUs: other processes compete for the cores and timings will be noisy"
+              + (" (consider --threads 1)" if torch.get_num_threads() > 1 else ""), file=sys.stderr, flush=True)
+    started = time.perf_counter()
+    results = {
+        "machine": machine_info(args),
+        "settings": {
+            "model": "tiny random BERT" if args.tiny else args.model_name_or_path,
+            "command": shlex.join(["papa-benchmark", *argv]),
+            "layers": config.num_hidden_layers, "heads": config.num_attention_heads,
+            "hidden_size": config.hidden_size, "intermediate_size": config.intermediate_size,
+            "batch_size": args.batch_size, "seq_lens": args.seq_lens, "repeats": args.repeats,
+            "warmup": args.warmup, "avg_batches": args.avg_batches, "avg_seq_len": args.avg_seq_len,
+            "avg_repeats": args.avg_repeats, "train_seq_len": args.train_seq_len,
+            "train_repeats": args.train_repeats,
+            "inference_head_choice": "first k heads in layer-major order; random constant matrices",
+        },
+        "flop_model": FLOP_NOTE,
+    }
+    if "inference" not in args.skip:
+        results["inference"] = bench_inference(args, config)
+    if "averaging" not in args.skip:
+        results["averaging"] = bench_averaging(args, config)
+    if "training" not in args.skip:
+        results["training"] = bench_training(args, config)
+    results["goals"] = goals(results)
+    results["wall_seconds"] = time.perf_counter() - started
+    results["machine"]["load_average_1m_end"] = os.getloadavg()[0]
+    table = markdown(results)
+    print(table)
+    if args.json:
+        save_json(results, args.json, indent=2)
+        save_text(table, os.path.splitext(args.json)[0] + ".md")
+    return results

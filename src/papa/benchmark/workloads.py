@@ -1,0 +1,181 @@
+"""What the benchmark runs: models, inputs, and the variants of each benchmark, as tables.
+
+A variant is a row of INFERENCE_VARIANTS (how many heads are constant), AVERAGING_VARIANTS (a way
+to average attention) or TRAINING_VARIANTS (a training mode and its constant heads): a new model
+family or head choice is a new row, not new code in the harness.
+"""
+
+import copy
+from dataclasses import dataclass
+
+import torch
+import transformers
+from transformers import AutoConfig, AutoModel, BertConfig
+
+from ..averaging import accumulate_attention
+from ..modeling import build_model, set_trainable
+
+# inference: fractions of all heads made constant (the first k in layer-major order)
+INFERENCE_VARIANTS = (("0 constant", 0.0), ("1/2 constant", 0.5), ("7/8 constant", 0.875), ("all constant", 1.0))
+
+
+@dataclass(frozen=True)
+class TrainingVariant:
+    mode: str | None  # papa.modeling.set_trainable mode; None = full fine-tuning
+    constant_fraction: float = 0.0  # the first heads (layer-major) made constant
+    mix: bool = False  # every head mixes dynamic and constant attention (the ranking run)
+
+
+TRAINING_VARIANTS = {
+    "probing": TrainingVariant("grad_for_classifier_only"),
+    "probing (1/2 constant)": TrainingVariant("grad_for_classifier_only", constant_fraction=0.5),
+    "full fine-tuning": TrainingVariant(None),
+    "sorting": TrainingVariant("sort_calculating", mix=True),
+}
+
+
+def quiet_transformers():
+    """No load reports or bars from transformers (in the benchmark process and its memory children)."""
+    transformers.utils.logging.set_verbosity_error()
+    transformers.utils.logging.disable_progress_bar()
+
+
+def tiny_config():
+    return BertConfig(vocab_size=1000, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
+                      intermediate_size=64, max_position_embeddings=512, pad_token_id=0)
+
+
+def load_config(args):
+    return tiny_config() if args.tiny else AutoConfig.from_pretrained(args.model_name_or_path)
+
+
+def load_encoder(args, attn_implementation):
+    """The bare encoder (AutoModel, with pooler) in eval mode on args.device."""
+    if args.tiny:
+        torch.manual_seed(0)
+        model = AutoModel.from_config(tiny_config(), attn_implementation=attn_implementation)
+    else:
+        model = AutoModel.from_pretrained(args.model_name_or_path, attn_implementation=attn_implementation)
+    return model.to(args.device).eval()
+
+
+def first_k_heads(k, num_layers, num_heads):
+    """The first k heads in layer-major order, as [[layer, head], ...]."""
+    return [[i // num_heads, i % num_heads] for i in range(k)]
+
+
+def random_constants(config, seq_len, seed=0):
+    """Random [L, H, T, T] constant matrices (their values do not affect speed)."""
+    generator = torch.Generator().manual_seed(seed)
+    return torch.rand(config.num_hidden_layers, config.num_attention_heads, seq_len, seq_len, generator=generator)
+
+
+def token_ids(config, lengths, seq_len, generator):
+    """[CLS] w … w [SEP] [PAD] … rows with the given real lengths, ids in the word-piece range."""
+    batch = len(lengths)
+    low = min(1000, config.vocab_size // 2)
+    ids = torch.randint(low, config.vocab_size, (batch, seq_len), generator=generator)
+    mask = (torch.arange(seq_len)[None, :] < torch.as_tensor(lengths)[:, None]).long()
+    cls_id, sep_id = (101, 102) if config.vocab_size > 1000 else (1, 2)
+    ids[:, 0] = cls_id
+    ids[torch.arange(batch), torch.as_tensor(lengths) - 1] = sep_id
+    ids = ids * mask + (config.pad_token_id or 0) * (1 - mask)
+    return {"input_ids": ids, "attention_mask": mask, "token_type_ids": torch.zeros_like(ids)}
+
+
+def inference_inputs(config, batch_size, seq_len, device, seed=0):
+    """Every row has its last quarter of positions padded, so the masking path is exercised."""
+    generator = torch.Generator().manual_seed(seed)
+    lengths = [seq_len - seq_len // 4] * batch_size
+    return {k: v.to(device) for k, v in token_ids(config, lengths, seq_len, generator).items()}
+
+
+def averaging_batches(config, num_batches, batch_size, seq_len, seed=0):
+    """`num_batches` CPU batches with real lengths drawn uniformly in [T/4, T]."""
+    generator = torch.Generator().manual_seed(seed)
+    batches = []
+    for _ in range(num_batches):
+        lengths = torch.randint(max(2, seq_len // 4), seq_len + 1, (batch_size,), generator=generator).tolist()
+        batches.append(token_ids(config, lengths, seq_len, generator))
+    return batches
+
+
+def touch_parameters(model):
+    """Fault in memory-mapped weights so they count before a memory baseline is taken."""
+    with torch.no_grad():
+        for tensor in list(model.parameters()) + list(model.buffers()):
+            tensor.sum()
+
+
+# ----------------------------------------------------------------------------- the averaging variants
+
+
+@torch.no_grad()
+def plain_attention_pass(model, batches, seq_len, device):
+    """The floor: an eager forward with output_attentions=True, attentions discarded."""
+    encoder = model.base_model.eval()
+    for batch in batches:
+        inputs = {k: batch[k].to(device) for k in ("input_ids", "attention_mask", "token_type_ids")}
+        encoder(**inputs, output_attentions=True, return_dict=True)
+
+
+@torch.no_grad()
+def original_accumulate(model, batches, seq_len, device):
+    """The original PAPA averaging loop: a [B, L, H, T, T] copy per batch, masked, summed in float32."""
+    config = model.config
+    L, H, T = config.num_hidden_layers, config.num_attention_heads, seq_len
+    attention_sums = torch.zeros(L, H, T, T, device=device)
+    pattern_sums = torch.zeros(T, T, device=device)
+    encoder = model.base_model.eval()
+    for batch in batches:
+        inputs = {k: batch[k].to(device) for k in ("input_ids", "attention_mask", "token_type_ids")}
+        attentions = encoder(**inputs, output_attentions=True, return_dict=True).attentions
+        B = inputs["input_ids"].shape[0]
+        cur = torch.zeros(B, L, H, T, T, device=device)
+        for layer in range(L):
+            cur[:, layer] = attentions[layer]
+        mask = inputs["attention_mask"].float()
+        pattern = mask[:, :, None] * mask[:, None, :]  # (B, T, T)
+        cur = cur * pattern.unsqueeze(1).unsqueeze(1)
+        attention_sums += cur.sum(0)
+        pattern_sums += pattern.sum(0)
+    return attention_sums, pattern_sums
+
+
+AVERAGING_VARIANTS = {
+    "accumulate_attention (ours)": lambda model, batches, T, device: accumulate_attention(model, batches, T, device),
+    "plain eager forward, output_attentions": plain_attention_pass,
+    "original loop": original_accumulate,
+}
+
+
+# ----------------------------------------------------------------------------- training
+
+
+def training_setup(args, config, variant, seq_len):
+    """(model in train mode, AdamW over its trainable parameters, a step function)."""
+    cfg = copy.deepcopy(config)
+    cfg.num_labels = 2
+    L, H = cfg.num_hidden_layers, cfg.num_attention_heads
+    spec = TRAINING_VARIANTS[variant]
+    constants, static = None, None
+    if spec.mix or spec.constant_fraction:
+        constants = random_constants(cfg, seq_len)
+        static = first_k_heads(int(spec.constant_fraction * L * H), L, H) if spec.constant_fraction else None
+    torch.manual_seed(0)
+    model = build_model("AutoModelForSequenceClassification", cfg, None if args.tiny else args.model_name_or_path,
+                        constants, static, spec.mix, freeze_extract_seq_len=seq_len)
+    set_trainable(model, spec.mode)
+    model.to(args.device).train()  # as the Trainer does: dropout on
+    optimizer = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=1e-5)
+    inputs = averaging_batches(cfg, 1, args.batch_size, seq_len, seed=1)[0]
+    inputs = {k: v.to(args.device) for k, v in inputs.items()}
+    labels = torch.randint(0, 2, (args.batch_size,), generator=torch.Generator().manual_seed(2)).to(args.device)
+
+    def step():
+        optimizer.zero_grad(set_to_none=True)
+        loss = model(**inputs, labels=labels).loss
+        loss.backward()
+        optimizer.step()
+
+    return model, optimizer, step

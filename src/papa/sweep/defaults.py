@@ -1,0 +1,80 @@
+"""The sweep's defaults: hyper-parameters per task, which k to probe, and the flags it owns."""
+
+import math
+
+from ..errors import PapaError
+
+# The original README's hyper-parameters (BERT-base, GLUE and CoNLL).
+README_DEFAULTS = {
+    "max_seq_length": 64,
+    "num_train_epochs": 15.0,
+    "sort_num_train_epochs": None,  # = num_train_epochs
+    "learning_rate": 2e-5,
+    "per_device_train_batch_size": 16,
+    "per_device_eval_batch_size": 16,
+    "avgs_batch_size": 8,
+    "evaluation_strategy": "epoch",
+}
+
+# The built-in synthetic `repeat` task on the bundled MiniLM, for the README's main command (this
+# whole sweep: averages, ranking run, 5 probing runs) to finish well under 15 minutes on a 2-core
+# CPU. Measured on that machine: averages 19 s, ranking run 38 s, each probing run 38-42 s, the
+# whole sweep 4.3 min; k=0 accuracy 0.888. Contention from other processes easily doubles CPU
+# times, hence the margin.
+# - T=32: a repeat sentence is at most 15 tokens and a single sentence gets T/2 = 16 positions in
+#   the PAPA layout.
+# - lr 1e-3, constant: the README's 2e-5 is for 15 epochs; a frozen encoder's probe takes a larger
+#   step (the probe alone, on cached MiniLM states: 0.78 / 0.86 / 0.90 after 1 / 2 / 3 epochs).
+# - the ranking run (backward pass through the encoder for the λ): 1 epoch.
+# - evaluation only at the end of each run; batch 32 for the (gradient-free) averaging pass.
+REPEAT_DEFAULTS = {
+    "max_seq_length": 32,
+    "num_train_epochs": 2.0,
+    "sort_num_train_epochs": 1.0,
+    "learning_rate": 1e-3,
+    "per_device_train_batch_size": 16,
+    "per_device_eval_batch_size": 64,
+    "avgs_batch_size": 32,
+    "evaluation_strategy": "no",
+}
+
+# Flags the sweep sets itself per stage; passing them through would break the method.
+RESERVED_FLAGS = {
+    "--output_dir", "--static_heads_dir", "--sorting_heads_dir", "--static_heads_num", "--sort_calculating",
+    "--grad_for_classifier_only", "--grad_for_classifier_and_static_only", "--do_train", "--do_eval",
+    "--task_name", "--model_name_or_path", "--use_freeze_extract_pooler", "--use_papa_preprocess",
+    "--max_seq_length", "--data_dir", "--train_file", "--validation_file",
+}
+
+
+def task_defaults(task):
+    """The defaults for a task (a papa.tasks.TaskSpec): measured quick ones for the built-in task, else the README's."""
+    return REPEAT_DEFAULTS if task.quick_sweep else README_DEFAULTS
+
+
+def default_static_heads_nums(total_heads):
+    """0, ½, ⅞, 15⁄16 and all of the heads (rounded half up): 72 → [0, 36, 63, 68, 72]."""
+    if isinstance(total_heads, bool) or not isinstance(total_heads, int) or total_heads < 1:
+        raise PapaError(f"a model needs at least one attention head; got {total_heads!r}")
+    values = [math.floor(total_heads * f + 0.5) for f in (0, 1 / 2, 7 / 8, 15 / 16, 1)]
+    return sorted(set(values))
+
+
+def check_passthrough(extra_args):
+    """Passed-through flags must not be ones the sweep sets per stage."""
+    for arg in extra_args:
+        name = arg.split("=", 1)[0]
+        if name in RESERVED_FLAGS:
+            raise PapaError(f"{name} cannot be passed through to the training runs: the sweep sets it per stage "
+                            "(use the sweep's own flag where there is one)")
+
+
+def epilog():
+    """The sweep's --help epilog: what 'task default' means."""
+    readme, quick = README_DEFAULTS, REPEAT_DEFAULTS
+    return (f"'Task default': the original README's settings for GLUE/CoNLL tasks (T={readme['max_seq_length']}, "
+            f"{readme['num_train_epochs']:g} epochs, lr {readme['learning_rate']:g} constant, batch "
+            f"{readme['per_device_train_batch_size']}); quick measured settings for the built-in repeat task "
+            f"(T={quick['max_seq_length']}, {quick['num_train_epochs']:g} epochs, ranking run "
+            f"{quick['sort_num_train_epochs']:g} epoch, lr {quick['learning_rate']:g} constant, batch "
+            f"{quick['per_device_train_batch_size']}).")

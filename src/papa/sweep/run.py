@@ -1,0 +1,212 @@
+"""The sweep, start to end: resolve the settings, lay out the stages, run (or skip) each, write the results.
+
+    <output_dir>/avgs/   papa.cli.{glue,ner}_avgs (run_papa_*_avgs_creator.py)    → avgs.pt
+    <output_dir>/sort/   papa.cli.{glue,ner} --sort_calculating                   → lambdas.npy, sorted_heads.json
+    <output_dir>/k_<k>/  papa.cli.{glue,ner} --static_heads_num k                 → eval_results.json
+
+Every stage is a subprocess (`sys.executable -m papa.cli.<command>`, what a user would type), so
+no torch state leaks from one stage to the next and the sweep works from any install.
+"""
+
+import os
+import shlex
+import time
+from dataclasses import dataclass
+
+from ..arguments import parse_training_args
+from ..errors import PapaError
+from ..io import save_json
+from ..modeling import default_model_path
+from ..tasks import KINDS
+from .defaults import check_passthrough, default_static_heads_nums, task_defaults
+from .results import write_results
+from .stages import Stage, human, run_stage
+
+
+@dataclass(frozen=True)
+class Plan:
+    """Everything the stages need, resolved: the model, the k to probe, the hyper-parameters."""
+
+    task: object  # papa.tasks.TaskSpec
+    model_path: str
+    layers: int
+    heads_per_layer: int
+    ks: list
+    output_dir: str
+    max_seq_length: int
+    num_train_epochs: float
+    sort_num_train_epochs: float
+    learning_rate: float
+    per_device_train_batch_size: int
+    per_device_eval_batch_size: int
+    avgs_batch_size: int
+    evaluation_strategy: str
+
+    @property
+    def total_heads(self):
+        return self.layers * self.heads_per_layer
+
+
+def model_heads(model_path):
+    """(layers, heads per layer) from the model's config."""
+    from transformers import AutoConfig
+
+    try:
+        config = AutoConfig.from_pretrained(model_path)
+    except (OSError, ValueError) as err:
+        raise PapaError(f"cannot load the config of model {model_path!r}: {str(err).splitlines()[0]}") from None
+    layers, heads = getattr(config, "num_hidden_layers", None), getattr(config, "num_attention_heads", None)
+    if not layers or not heads:
+        raise PapaError(f"{model_path}: its config names no num_hidden_layers / num_attention_heads")
+    return layers, heads
+
+
+def model_display_name(model_name_or_path):
+    if model_name_or_path is None:
+        return "all-MiniLM-L6-v2 (bundled)"
+    return os.path.basename(os.path.normpath(model_name_or_path)) or model_name_or_path
+
+
+def make_plan(args, task):
+    """The Plan for SweepArguments `args` on `task`: flags given, else the task's defaults."""
+    defaults = task_defaults(task)
+    model_path = args.model_name_or_path or default_model_path()
+    layers, heads = model_heads(model_path)
+    if args.static_heads_nums is None:
+        ks = default_static_heads_nums(layers * heads)
+    else:
+        ks = sorted(set(args.static_heads_nums))
+        bad = [k for k in ks if not 0 <= k <= layers * heads]
+        if bad:
+            raise PapaError(f"--static_heads_nums: {bad} outside 0..{layers * heads} (the model has {layers} layers "
+                            f"x {heads} heads)")
+    epochs = float(args.num_train_epochs or defaults["num_train_epochs"])
+    return Plan(
+        task=task, model_path=model_path, layers=layers, heads_per_layer=heads, ks=ks,
+        output_dir=os.path.abspath(args.output_dir or os.path.join("outputs", f"papa_sweep_{task.name}")),
+        max_seq_length=int(args.max_seq_length or defaults["max_seq_length"]),
+        num_train_epochs=epochs,
+        sort_num_train_epochs=float(args.sort_num_train_epochs or defaults["sort_num_train_epochs"] or epochs),
+        learning_rate=float(args.learning_rate or defaults["learning_rate"]),
+        per_device_train_batch_size=int(args.per_device_train_batch_size or defaults["per_device_train_batch_size"]),
+        per_device_eval_batch_size=defaults["per_device_eval_batch_size"],
+        avgs_batch_size=defaults["avgs_batch_size"],
+        evaluation_strategy=defaults["evaluation_strategy"],
+    )
+
+
+def _epochs(n):
+    return f"{n:g} epoch" + ("" if n == 1 else "s")
+
+
+def make_stages(plan, args, passthrough):
+    """The averaging stage, the ranking stage and one probing stage per k, with their flags."""
+    avgs_module, train_module = (f"papa.cli.{name}" for name in KINDS[plan.task.kind]["cli"])
+    avgs_script, train_script = KINDS[plan.task.kind]["scripts"]
+    avgs_dir, sort_dir = os.path.join(plan.output_dir, "avgs"), os.path.join(plan.output_dir, "sort")
+    source = ["--model_name_or_path", plan.model_path, "--task_name", plan.task.name]
+    for flag, value in (("--data_dir", args.data_dir), ("--train_file", args.train_file),
+                        ("--cache_dir", args.cache_dir)):
+        if value is not None:
+            source += [flag, os.path.abspath(value) if flag != "--cache_dir" else value]
+    validation = ["--validation_file", os.path.abspath(args.validation_file)] if args.validation_file else []
+    limits = []
+    for flag, value in (("--max_train_samples", args.max_train_samples), ("--max_eval_samples", args.max_eval_samples)):
+        if value is not None:
+            limits += [flag, str(value)]
+
+    avgs_args = [*source, "--max_length", str(plan.max_seq_length),
+                 "--per_device_train_batch_size", str(plan.avgs_batch_size),
+                 "--output_dir", avgs_dir, "--use_papa_preprocess", "true", "--pad_to_max_length",
+                 "--seed", str(args.seed)]
+    if args.max_train_samples is not None:  # average over the examples the probes are trained on
+        avgs_args += ["--max_train_samples", str(args.max_train_samples)]
+
+    def training_args(out, epochs, mode):
+        return [*source, *validation, "--do_train", "--do_eval", "--max_seq_length", str(plan.max_seq_length),
+                "--per_device_train_batch_size", str(plan.per_device_train_batch_size),
+                "--per_device_eval_batch_size", str(plan.per_device_eval_batch_size),
+                "--output_dir", out, "--num_train_epochs", repr(epochs), "--learning_rate", repr(plan.learning_rate),
+                "--lr_scheduler_type", "constant", "--evaluation_strategy", plan.evaluation_strategy,
+                "--save_strategy", "no", "--use_papa_preprocess", "--use_freeze_extract_pooler", "true",
+                "--static_heads_dir", avgs_dir, "--save_total_limit", "0", "--seed", str(args.seed),
+                *limits, *mode, *passthrough]
+
+    avgs_pt = os.path.join(avgs_dir, "avgs.pt")
+    sorted_json = os.path.join(sort_dir, "sorted_heads.json")
+    stages = [
+        Stage("avgs", f"averaging attention over the {plan.task.name} training set (T={plan.max_seq_length})",
+              avgs_dir, avgs_module, avgs_script, avgs_args, [], ["avgs.pt"]),
+        Stage("sort", f"ranking heads (λ mixing run, {_epochs(plan.sort_num_train_epochs)})", sort_dir,
+              train_module, train_script,
+              training_args(sort_dir, plan.sort_num_train_epochs, ["--sort_calculating", "True"]),
+              [avgs_pt], ["lambdas.npy", "sorted_heads.json", "eval_results.json"]),
+    ]
+    for k in plan.ks:
+        folder = os.path.join(plan.output_dir, f"k_{k}")
+        mode = ["--grad_for_classifier_only", "true", "--static_heads_num", str(k), "--sorting_heads_dir", sort_dir]
+        stages.append(Stage(f"k_{k}", f"probing with k={k} constant heads of {plan.total_heads} "
+                                      f"({_epochs(plan.num_train_epochs)})", folder, train_module, train_script,
+                            training_args(folder, plan.num_train_epochs, mode),
+                            [avgs_pt] + ([sorted_json] if k > 0 else []), ["eval_results.json"]))
+    return stages
+
+
+def check_training_flags(stage):
+    """Parse a training stage's flags as its command will, so a typo in a passed-through flag stops the
+    sweep now rather than after the averaging stage."""
+    try:
+        parse_training_args(stage.args)
+    except PapaError as err:
+        raise PapaError(f"the training runs would reject these flags: {err}") from None
+
+
+def stage_env(args, plan):
+    """The stages' environment: progress as marker lines (papa.console), unbuffered, offline when all is local."""
+    env = dict(os.environ, PAPA_PROGRESS="1", PYTHONUNBUFFERED="1")
+    env.setdefault("TOKENIZERS_PARALLELISM", "false")
+    all_local = os.path.isdir(plan.model_path) and (plan.task.generator is not None or args.data_dir or args.train_file)
+    if all_local:  # nothing to fetch: never wait on a network that may not be there
+        env.setdefault("HF_HUB_OFFLINE", "1")
+        env.setdefault("HF_DATASETS_OFFLINE", "1")
+    return env
+
+
+def save_sweep_json(plan, args, passthrough):
+    save_json({"model": plan.model_path, "task": plan.task.name, "kind": plan.task.kind, "layers": plan.layers,
+               "heads_per_layer": plan.heads_per_layer, "static_heads_nums": plan.ks,
+               "max_seq_length": plan.max_seq_length, "num_train_epochs": plan.num_train_epochs,
+               "sort_num_train_epochs": plan.sort_num_train_epochs, "learning_rate": plan.learning_rate,
+               "per_device_train_batch_size": plan.per_device_train_batch_size, "seed": args.seed,
+               "extra_args": passthrough},
+              os.path.join(plan.output_dir, "sweep.json"), indent=2)
+
+
+def run_sweep(args, task, passthrough=()):
+    """Run (or resume) the PAPA sweep for SweepArguments `args` on `task` (a TaskSpec); returns results.csv's path.
+
+    `passthrough`: flags for every training run, after the sweep's own (so they override its defaults).
+    """
+    passthrough = shlex.split(args.extra_args) + list(passthrough)
+    check_passthrough(passthrough)
+    plan = make_plan(args, task)
+    stages = make_stages(plan, args, passthrough)
+    check_training_flags(stages[1])
+
+    os.makedirs(plan.output_dir, exist_ok=True)
+    model_name = model_display_name(args.model_name_or_path)
+    print(f"[sweep] PAPA sweep: {model_name}, {plan.layers} layers x {plan.heads_per_layer} heads = "
+          f"{plan.total_heads}; task {task.name}; k = {' '.join(map(str, plan.ks))}; output in {plan.output_dir}",
+          flush=True)
+    save_sweep_json(plan, args, passthrough)
+    start, env = time.monotonic(), stage_env(args, plan)
+    for index, stage in enumerate(stages, 1):
+        run_stage(stage, index, len(stages), plan.output_dir, env, verbose=args.verbose)
+
+    markdown, warning = write_results(plan.output_dir, task, plan.ks, plan.total_heads, model_name)
+    print("\n" + markdown, flush=True)
+    if warning:
+        print(f"[sweep] warning: {warning}", flush=True)
+    print(f"[sweep] finished in {human(time.monotonic() - start)}: results.csv, results.md, results.png, "
+          f"lambdas.png, constant_matrices.png in {plan.output_dir}", flush=True)
+    return os.path.join(plan.output_dir, "results.csv")

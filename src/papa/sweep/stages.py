@@ -1,0 +1,136 @@
+"""A sweep stage: one `python -m papa.cli.<command>` run in its own folder, with a stamp that makes it resumable.
+
+Each stage folder gets a stamp, `stage.json`, written (atomically) only after the stage succeeded.
+It holds a fingerprint of the stage's inputs: its command line (the original script's name, then
+its flags, with the output folder written as `<output_dir>` so a moved sweep stays valid) and the
+sha256 of the artifacts it reads (avgs.pt for the ranking and probing runs, sorted_heads.json for
+probing runs with k > 0). A stage is done iff its stamp matches the current fingerprint and its
+output files exist; otherwise its folder is emptied and the stage runs again. So a changed avgs.pt
+redoes the ranking and every probing run, a deleted `k_<k>/` redoes only that k, and a changed
+`--num_train_epochs` redoes the training stages.
+"""
+
+import hashlib
+import json
+import os
+import shutil
+import sys
+import time
+from dataclasses import dataclass
+
+from ..errors import PapaError
+from ..io import save_json
+from .child import StageLine, run_logged
+
+STAMP = "stage.json"
+STAMP_VERSION = 1
+LOG = "log.txt"
+OUTPUT_PLACEHOLDER = "<output_dir>"
+
+
+def sha256_file(path, chunk=1 << 20):
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(chunk), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def human(seconds):
+    return f"{seconds:.0f}s" if seconds < 120 else f"{seconds / 60:.1f} min"
+
+
+@dataclass
+class Stage:
+    """One run: its folder, the command module and its flags, the artifacts it reads and the files it writes."""
+
+    name: str  # "avgs", "sort", "k_<k>"
+    description: str
+    folder: str
+    module: str  # e.g. "papa.cli.glue"
+    script: str  # the original script it stands for, e.g. "run_papa_glue.py" (named in the fingerprint)
+    args: list
+    inputs: list  # artifacts of earlier stages it reads
+    outputs: list  # files it must write into its folder
+
+    @property
+    def command(self):
+        return [sys.executable, "-m", self.module, *self.args]
+
+    def fingerprint(self, output_dir):
+        """The stage's inputs: its command line (output folder abstracted) and sha256 of consumed files."""
+        root = os.path.abspath(output_dir)
+        argv = [self.script] + [OUTPUT_PLACEHOLDER + a[len(root):] if a == root or a.startswith(root + os.sep) else a
+                                for a in self.args]
+        inputs = {}
+        for path in self.inputs:
+            if not os.path.isfile(path):
+                return None  # an input is missing: cannot be up to date (the earlier stage failed?)
+            inputs[os.path.relpath(path, root)] = sha256_file(path)
+        return {"version": STAMP_VERSION, "argv": argv, "inputs": inputs}
+
+    def why_not_done(self, fingerprint):
+        """None when the stage is done (stamp matches, outputs present), else the reason to run it."""
+        stamp_path = os.path.join(self.folder, STAMP)
+        if not os.path.isfile(stamp_path):
+            started = os.path.isdir(self.folder) and os.listdir(self.folder)
+            return "unfinished earlier" if started else "new"
+        try:
+            with open(stamp_path) as f:
+                stamp = json.load(f)
+        except (OSError, ValueError):
+            return "unreadable stage.json"
+        if fingerprint is None:
+            return "an input file is missing"
+        if not isinstance(stamp, dict) or stamp.get("fingerprint") != fingerprint:
+            return "inputs changed"
+        missing = [o for o in self.outputs if not os.path.isfile(os.path.join(self.folder, o))]
+        if missing:
+            return f"{', '.join(missing)} missing"
+        return None
+
+
+def echo_line(text):
+    sys.stdout.write(text)
+    sys.stdout.flush()
+
+
+def show_tail(tail, log_path):
+    print(f"[sweep]   last lines of {log_path}:", file=sys.stderr)
+    for line in tail:
+        print(f"[sweep]   | {line}", file=sys.stderr)
+    sys.stderr.flush()
+
+
+def run_stage(stage, index, total, output_dir, env, verbose=False):
+    """Run `stage` unless it is done; True when it ran. A failure is a PapaError after the log's last lines."""
+    prefix = f"[sweep] {index}/{total} {stage.description}"
+    reason = stage.why_not_done(stage.fingerprint(output_dir))
+    if reason is None:
+        print(f"{prefix}: up to date, skipped", flush=True)
+        return False
+    if os.path.isdir(stage.folder):
+        shutil.rmtree(stage.folder)  # no stale file survives a redo, whatever the new run writes
+    os.makedirs(stage.folder)
+    line = StageLine(prefix + ("" if reason == "new" else f" (redo: {reason})"), live=False if verbose else None)
+    log_path = os.path.join(stage.folder, LOG)
+    start = time.monotonic()
+    returncode, tail = run_logged(stage.command, env, log_path, line.progress, echo_line if verbose else None)
+    seconds = round(time.monotonic() - start, 1)
+    if returncode != 0:
+        line.end(f"failed after {human(seconds)}")
+        if not verbose:
+            show_tail(tail, log_path)
+        raise PapaError(f"{stage.description} failed (exit status {returncode}; its log: {log_path}). "
+                        f"Fix the cause and re-run the sweep: finished stages are kept")
+    missing = [o for o in stage.outputs if not os.path.isfile(os.path.join(stage.folder, o))]
+    if missing:
+        line.end("failed")
+        raise PapaError(f"{stage.description} exited normally but did not write {', '.join(missing)} "
+                        f"in {stage.folder} (its log: {log_path})")
+    # the stamp last: only a finished stage has one; recomputed so it names what was actually read
+    stamp = {"fingerprint": stage.fingerprint(output_dir), "stage": stage.name, "command": stage.command,
+             "seconds": seconds, "finished": time.strftime("%Y-%m-%dT%H:%M:%S")}
+    save_json(stamp, os.path.join(stage.folder, STAMP), indent=2)
+    line.end(f"done in {human(seconds)}")
+    return True

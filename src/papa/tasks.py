@@ -1,0 +1,146 @@
+"""The task registry: everything PAPA knows about a task, in one frozen `TaskSpec` per task.
+
+A command resolves `--task_name` once, with `get_task` (case-insensitive, `-`/`_` ignored, so
+`COLA`, `SST-2` and `sts_b` work), and passes the spec down: the readers (papa.data, papa.conll),
+the tokenisation (papa.preprocessing), the metrics (papa.metrics), the model class and the sweep's
+results table all read it. Adding a task is one entry in `TASKS`.
+
+Two kinds of task exist, and what differs between them beyond a spec's fields is in `KINDS`:
+"sequence" (GLUE-style sentence or sentence-pair classification, or regression) and "token"
+(CoNLL-2003 tagging).
+"""
+
+from dataclasses import dataclass
+
+from .errors import PapaError
+
+KINDS = {
+    "sequence": {"model_class": "AutoModelForSequenceClassification", "cli": ("glue_avgs", "glue"),
+                 "scripts": ("run_papa_glue_avgs_creator.py", "run_papa_glue.py")},
+    "token": {"model_class": "AutoModelForTokenClassification", "cli": ("ner_avgs", "ner"),
+              "scripts": ("run_papa_ner_avgs_creator.py", "run_papa_ner.py")},
+}
+
+VALIDATION = (("validation", "dev.tsv", "eval"),)
+
+
+@dataclass(frozen=True)
+class TaskSpec:
+    """One task. Label ids are indices into `labels` (HF `glue` order for GLUE tasks)."""
+
+    name: str  # canonical name, e.g. "sst2"
+    kind: str  # a key of KINDS
+    text_columns: tuple[str, ...] = ()  # sequence tasks: the one or two text columns, HF `glue` names
+    labels: tuple[str, ...] | None = None  # None: regression (stsb), or token tasks (the sorted training tags)
+    metrics: tuple[str, ...] = ("accuracy",)  # sequence tasks: keys of papa.metrics.SEQUENCE_METRICS
+    main_metrics: tuple[str, ...] = ("accuracy",)  # the sweep's table columns (no "eval_"); the first is plotted
+    chance: float | None = None  # the first main metric for a guess that ignores the input, where known
+    # official GLUE TSV: {header name or position: column}; positions mean a header-less file of tsv_fields fields
+    tsv_columns: tuple[tuple[str | int, str], ...] = ()
+    tsv_fields: int | None = None
+    tsv_labels: str = "names"  # how the TSV writes labels: "names", "ids" ("0"/"1") or "any"
+    glue_folder: str | None = None  # the task's folder in the GLUE download (hints at a wrong --data_dir)
+    # evaluation splits: (split, its file in a GLUE folder, metric key prefix)
+    eval_splits: tuple[tuple[str, str, str], ...] = VALIDATION
+    hub: tuple[str, str | None] | None = None  # (dataset, config) on the HF hub, used only when online
+    conll_column: int | None = None  # token tasks: the tag's column in `TOKEN POS CHUNK NER` lines
+    generator: object = None  # synthetic tasks: a function returning the DatasetDict (no files, no hub)
+    quick_sweep: bool = False  # the sweep's defaults: papa.sweep.defaults.REPEAT_DEFAULTS, not the original README's
+
+    @property
+    def num_labels(self):
+        return 1 if self.labels is None else len(self.labels)
+
+    @property
+    def model_class(self):
+        """The transformers Auto class name the probing run builds."""
+        return KINDS[self.kind]["model_class"]
+
+    @property
+    def is_regression(self):
+        return self.kind == "sequence" and self.labels is None
+
+
+def _repeat_dataset():
+    from .synthetic import make_repeat_dataset  # lazy: it imports `datasets`
+
+    return make_repeat_dataset()
+
+
+def _glue(name, text_columns, labels, folder, tsv_columns, **more):
+    return TaskSpec(name, "sequence", text_columns, labels, glue_folder=folder, tsv_columns=tsv_columns,
+                    hub=("nyu-mll/glue", name), **more)
+
+
+def _conll(name, column):
+    return TaskSpec(name, "token", metrics=("precision", "recall", "f1", "accuracy"), main_metrics=("f1",),
+                    hub=("eriktks/conll2003", None), conll_column=column)
+
+
+PAIR = ("sentence1", "sentence2")
+BINARY_IDS = dict(tsv_labels="ids")
+F1_FIRST = dict(metrics=("accuracy", "f1"), main_metrics=("f1", "accuracy"))
+
+TASKS = {spec.name: spec for spec in (
+    _glue("cola", ("sentence",), ("unacceptable", "acceptable"), "CoLA", ((3, "sentence"), (1, "label")),
+          tsv_fields=4, metrics=("matthews_correlation",), main_metrics=("matthews_correlation",), chance=0.0,
+          **BINARY_IDS),
+    _glue("sst2", ("sentence",), ("negative", "positive"), "SST-2", (("sentence", "sentence"), ("label", "label")),
+          **BINARY_IDS),
+    _glue("mrpc", PAIR, ("not_equivalent", "equivalent"), "MRPC",
+          (("#1 String", "sentence1"), ("#2 String", "sentence2"), ("Quality", "label")), **BINARY_IDS, **F1_FIRST),
+    _glue("qqp", ("question1", "question2"), ("not_duplicate", "duplicate"), "QQP",
+          (("question1", "question1"), ("question2", "question2"), ("is_duplicate", "label")), **BINARY_IDS,
+          **F1_FIRST),
+    _glue("stsb", PAIR, None, "STS-B", (("sentence1", "sentence1"), ("sentence2", "sentence2"), ("score", "label")),
+          metrics=("pearson", "spearmanr"), main_metrics=("pearson", "spearmanr")),
+    _glue("mnli", ("premise", "hypothesis"), ("entailment", "neutral", "contradiction"), "MNLI",
+          (("sentence1", "premise"), ("sentence2", "hypothesis"), ("gold_label", "label")),
+          main_metrics=("accuracy", "mnli-mm_accuracy"),
+          eval_splits=(("validation", "dev_matched.tsv", "eval"),
+                       ("validation_mismatched", "dev_mismatched.tsv", "eval_mnli-mm"))),
+    _glue("qnli", ("question", "sentence"), ("entailment", "not_entailment"), "QNLI",
+          (("question", "question"), ("sentence", "sentence"), ("label", "label"))),
+    _glue("rte", PAIR, ("entailment", "not_entailment"), "RTE",
+          (("sentence1", "sentence1"), ("sentence2", "sentence2"), ("label", "label"))),
+    _glue("wnli", PAIR, ("not_entailment", "entailment"), "WNLI",
+          (("sentence1", "sentence1"), ("sentence2", "sentence2"), ("label", "label")), **BINARY_IDS),
+    # built-in synthetic task (papa.synthetic); labels = REPEAT_LABELS, balanced, so chance is 1/2
+    TaskSpec("repeat", "sequence", ("sentence",), ("new", "repeated"), chance=0.5,
+             tsv_columns=(("sentence", "sentence"), ("label", "label")), tsv_labels="any", generator=_repeat_dataset,
+             quick_sweep=True),
+    _conll("ner", 3),
+    _conll("pos", 1),
+    _conll("chunk", 2),
+)}
+
+
+def task_names(kind=None):
+    """The registered task names (of one kind), in registry order."""
+    return [name for name, spec in TASKS.items() if kind is None or spec.kind == kind]
+
+
+def _squash(name):
+    return str(name).lower().replace("-", "").replace("_", "")
+
+
+def get_task(name, kind=None):
+    """The `TaskSpec` for a task name ('SST-2', 'CoLA', 'sts_b' ...), or a PapaError listing the valid ones.
+
+    With `kind`, a task of the other kind is an error that names the right command. A TaskSpec is
+    returned as it is.
+    """
+    if isinstance(name, TaskSpec):
+        spec = name
+    else:
+        valid = ", ".join(task_names(kind))
+        if name is None:
+            raise PapaError(f"--task_name is required; one of: {valid}")
+        spec = {_squash(n): s for n, s in TASKS.items()}.get(_squash(name))
+        if spec is None:
+            raise PapaError(f"unknown task {name!r}; valid tasks: {valid}")
+    if kind is not None and spec.kind != kind:
+        avgs_script, script = KINDS[spec.kind]["scripts"]
+        raise PapaError(f"{spec.name} is a {spec.kind}-classification task; use {script} / {avgs_script} "
+                        f"(valid tasks here: {', '.join(task_names(kind))})")
+    return spec

@@ -1,0 +1,63 @@
+"""papa.tasks: the one task registry, and names resolved once."""
+
+import pytest
+
+from papa.errors import PapaError
+from papa.metrics import SEQUENCE_METRICS
+from papa.synthetic import REPEAT_LABELS
+from papa.tasks import TASKS, TaskSpec, get_task, task_names
+
+
+def test_names_accept_glue_spellings():
+    assert get_task("SST-2").name == "sst2"
+    assert get_task("STS-B").name == "stsb"
+    assert get_task("sts_b").name == "stsb"
+    assert get_task("CoLA").name == "cola"
+    assert get_task("NER", "token").name == "ner"
+    spec = get_task("mrpc")
+    assert get_task(spec) is spec  # a resolved task passes through
+    with pytest.raises(PapaError, match="unknown task 'sst3'.*cola.*wnli"):
+        get_task("sst3", "sequence")
+    with pytest.raises(PapaError, match="--task_name is required; one of: ner, pos, chunk"):
+        get_task(None, "token")
+
+
+def test_a_task_of_the_other_kind_names_the_right_script():
+    with pytest.raises(PapaError, match="ner is a token-classification task; use run_papa_ner.py"):
+        get_task("ner", "sequence")
+    with pytest.raises(PapaError, match="cola is a sequence-classification task; use run_papa_glue.py"):
+        get_task("cola", "token")
+
+
+def test_registry_lists_the_readme_tasks():
+    assert task_names("sequence") == ["cola", "sst2", "mrpc", "qqp", "stsb", "mnli", "qnli", "rte", "wnli", "repeat"]
+    assert task_names("token") == ["ner", "pos", "chunk"]
+    assert all(isinstance(spec, TaskSpec) and spec.name == name for name, spec in TASKS.items())
+
+
+def test_labels_follow_hf_glue_order():
+    assert get_task("wnli").labels == ("not_entailment", "entailment")
+    assert get_task("MNLI").labels == ("entailment", "neutral", "contradiction")
+    assert get_task("stsb").labels is None and get_task("stsb").is_regression and get_task("stsb").num_labels == 1
+    assert list(get_task("repeat").labels) == REPEAT_LABELS
+
+
+@pytest.mark.parametrize("name", list(TASKS))
+def test_every_spec_is_complete(name):
+    spec = TASKS[name]
+    assert spec.model_class in ("AutoModelForSequenceClassification", "AutoModelForTokenClassification")
+    assert spec.main_metrics and spec.eval_splits[0][0] == "validation" and spec.eval_splits[0][2] == "eval"
+    if spec.kind == "token":
+        assert spec.conll_column in (1, 2, 3) and spec.main_metrics == ("f1",)
+        return
+    assert 1 <= len(spec.text_columns) <= 2
+    assert set(spec.metrics) <= set(SEQUENCE_METRICS)
+    # every main metric is reported, on the first evaluation split or under another split's prefix
+    prefixes = [prefix[len("eval_"):] + "_" for _, _, prefix in spec.eval_splits[1:]]
+    for metric in spec.main_metrics:
+        bare = next((metric[len(p):] for p in prefixes if metric.startswith(p)), metric)
+        assert bare in spec.metrics, (name, metric)
+    # the official TSV layout names every column the task needs
+    assert {column for _, column in spec.tsv_columns} == set(spec.text_columns) | {"label"}
+    assert spec.tsv_labels in ("names", "ids", "any")
+    assert (spec.hub is None) == (spec.generator is not None)
