@@ -195,7 +195,7 @@ KILL_MID_WRITE = textwrap.dedent(
     import builtins
     builtins.open = dying_open
     if kind == "tensor":
-        torch.save = lambda obj, f: dying_open(f, "wb").write(b"x" * 1000)
+        torch.save = lambda obj, f: f.write(b"x" * 1000)  # save_tensor hands torch.save its open temp file
         io.save_tensor(torch.ones(100, 100), path)
     elif kind == "json":
         io.save_json([[0, 1]] * 1000, path)
@@ -235,3 +235,14 @@ def test_atomic_writes_leave_no_temp_files_and_usual_permissions(tmp_path):
             Path(tmp).write_text("half")
             raise RuntimeError("crash")
     assert sorted(os.listdir(tmp_path)) == ["x.json", "x.npy", "x.pt"]
+
+
+def test_saved_tensors_are_byte_identical_for_equal_tensors(tmp_path):
+    """The sweep fingerprints avgs.pt by its sha256: re-saving the same averages must not change it."""
+    from papa import io
+
+    tensor = torch.rand(2, 3, 4, 4)
+    io.save_tensor(tensor, tmp_path / "a.pt")
+    io.save_tensor(tensor.clone(), tmp_path / "b.pt")
+    assert (tmp_path / "a.pt").read_bytes() == (tmp_path / "b.pt").read_bytes()
+    assert torch.equal(torch.load(tmp_path / "a.pt", weights_only=True), tensor)

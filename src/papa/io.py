@@ -37,8 +37,11 @@ def atomic_path(path):
 
 
 def save_tensor(tensor, path):
+    # through a file object: torch.save names the archive's inner folder after a path's file name, and the
+    # temp name is random, so the same tensor would give different bytes (and change the sweep's fingerprints)
     with atomic_path(path) as tmp:
-        torch.save(tensor, tmp)
+        with open(tmp, "wb") as f:
+            torch.save(tensor, f)
 
 
 def save_json(obj, path, indent=None, sort_keys=False):
