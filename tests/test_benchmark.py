@@ -37,9 +37,31 @@ def test_minilm_bound_for_all_heads_constant():
     assert counts["removed_share"] == pytest.approx(638976 / 3637248)
 
 
-def test_first_k_heads_layer_major():
+def test_deberta_bound_counts_the_position_terms_by_hand():
+    # h=8, ffn=16, 1 layer x 2 heads (d=4), T=4, c2p and p2c over 2s = 8 relative positions, batch of 2 (8 tokens).
+    # Per token: projections 512, FFN 512, QKᵀ 64, AV 64, c2p = p2c = 2·8·8 = 128, their projections
+    # 2·8·8·8 / 8 tokens = 128 each → 1152 + 2·(128 + 128) = 1664.
+    # One constant head: Q, K projections 128, QKᵀ 32, per term 2·8·4 = 64 and 2·8·8·4 / 8 = 64 → 160 + 2·128 = 416.
+    counts = flops.flop_counts(8, 16, 1, 2, 4, 1, position_terms=2, relative_span=4, batch_tokens=8)
+    assert counts["total"] == 1664 and counts["removed"] == 416
+    # DeBERTa-base at T=128 and a large batch: about 1.28x (the position projections vanish per token)
+    from transformers import DebertaConfig
+
+    base = DebertaConfig(hidden_size=768, num_hidden_layers=12, num_attention_heads=12, intermediate_size=3072,
+                         relative_attention=True, pos_att_type="c2p|p2c", max_position_embeddings=512)
+    assert flops.relative_span(base, 128) == (2, 128)
+    assert flops.flop_bound(base, 128, 144, batch_size=10**6)["bound_speedup"] == pytest.approx(1.278, abs=1e-3)
+    assert flops.relative_span(tiny_config(), 128) == (0, 0)  # BERT: no position terms
+
+
+def test_head_choices():
     assert workloads.first_k_heads(5, 2, 3) == [[0, 0], [0, 1], [0, 2], [1, 0], [1, 1]]
     assert workloads.first_k_heads(0, 2, 3) == []
+    # every other head: odd heads of every layer first, so half the heads touch every layer
+    assert workloads.every_other_head(3, 2, 4) == [[0, 1], [0, 3], [1, 1]]
+    assert sorted(map(tuple, workloads.every_other_head(4, 2, 4))) == [(0, 1), (0, 3), (1, 1), (1, 3)]
+    with pytest.raises(Exception, match="--sorted_heads"):
+        workloads.chosen_heads(workloads.INFERENCE_VARIANTS["1/2 constant, ranked"], 2, 2, 4)
 
 
 def test_training_variants_build_what_they_say():
@@ -60,8 +82,11 @@ def test_training_variants_build_what_they_say():
 @pytest.mark.slow
 def test_smoke_run_tiny(tmp_path):
     out = tmp_path / "tiny.json"
+    ranking = tmp_path / "sorted_heads.json"
+    ranking.write_text(json.dumps([[1, 3], [0, 2], [1, 0], [0, 0], [1, 1], [0, 3], [0, 1], [1, 2]]))
     done = run_command(
         script("benchmark_papa.py") + ["--tiny", "--threads", "1", "--repeats", "2", "--warmup", "1",
+                                       "--sorted_heads", ranking,
                                        "--avg_batches", "2", "--avg_repeats", "2", "--train_repeats", "2",
                                        "--seq_lens", "16", "32", "--avg_seq_len", "16", "--train_seq_len", "16",
                                        "--batch_size", "4", "--json", out], timeout=240)
@@ -72,8 +97,9 @@ def test_smoke_run_tiny(tmp_path):
 
     inference = results["inference"]
     assert {r["seq_len"] for r in inference} == {16, 32}
-    assert len(inference) == 2 * 5  # stock + 4 patched variants per length
+    assert len(inference) == 2 * (1 + len(workloads.INFERENCE_VARIANTS))  # stock + every patched variant per length
     assert {r["constant_heads"] for r in inference} == {0, 4, 7, 8}
+    assert {"stock", "PAPA, 1/2 constant, ranked", "PAPA, 1/2 constant, every other head"} <= {r["variant"] for r in inference}
     for row in inference:
         assert row["median_s"] > 0 and row["speed_ratio_to_stock"] > 0 and row["flop_bound_speedup"] >= 1
     full = [r for r in inference if r["constant_heads"] == 8]
@@ -82,11 +108,11 @@ def test_smoke_run_tiny(tmp_path):
     averaging = results["averaging"]
     assert len(averaging["timing"]) == 3
     assert all(r["median_s"] > 0 and r["time_ratio_to_plain"] > 0 for r in averaging["timing"])
-    assert [m["batches"] for m in averaging["memory"]][:2] == [2, 8]
+    assert [(m["batches"], m["layers"]) for m in averaging["memory"]][:3] == [(2, 2), (8, 2), (2, 1)]
     assert all(m["peak_increase_mb"] >= 0 for m in averaging["memory"])
 
     training = results["training"]["rows"]
-    assert [r["variant"] for r in training] == ["probing", "probing (1/2 constant)", "full fine-tuning", "sorting"]
+    assert [r["variant"] for r in training] == list(workloads.TRAINING_VARIANTS)
     assert all(r["median_s"] > 0 and r["trainable_parameters"] > 0 and r["peak_increase_mb"] >= 0 for r in training)
     full_ft = next(r for r in training if r["variant"] == "full fine-tuning")
     assert all(r["trainable_parameters"] < full_ft["trainable_parameters"] for r in training if r is not full_ft)
@@ -94,7 +120,7 @@ def test_smoke_run_tiny(tmp_path):
     assert results["goals"] and all(isinstance(g["met"], bool) for g in results["goals"])
     table = out.with_suffix(".md").read_text()
     assert "## Inference" in table and "## Averaging pass" in table and "## One training step" in table
-    assert "| stock sdpa |" in done.stdout
+    assert "| stock |" in done.stdout
     assert table == markdown(results)  # the .md beside the JSON is the printed report
     assert results["settings"]["command"].startswith("papa-benchmark --tiny")
     assert not list(tmp_path.glob(".*.tmp"))  # written atomically

@@ -1,34 +1,60 @@
 """The FLOP model: what making heads constant removes from an encoder's work, hence the best speed-up to expect.
 
-Pure arithmetic on the config (tested against a hand calculation); it ignores activations and
-norms, so measured speed-ups can exceed the bound.
+Pure arithmetic on the config (tested against hand calculations); it ignores activations, norms,
+softmax, gathers and masking, so measured speed-ups can exceed the bound (DeBERTa's eager
+attention spends much of its time in exactly those).
 """
 
 FLOP_NOTE = (
-    "FLOPs per layer per token: Q,K,V,O projections 4·2·h², FFN 2·2·h·ffn, QKᵀ 2·T·h, AV 2·T·h "
-    "(embeddings, pooler, softmax, layer norms, biases and activations ignored). A constant head "
-    "removes its Q and K projections (2·2·h·d) and its QKᵀ (2·T·d); bound speedup = 1/(1 − removed share)."
+    "FLOPs per layer per token: Q,K,V,O projections 4·2·h², FFN 2·2·h·ffn (GLU, ModernBERT: 2·3·h·ffn), "
+    "QKᵀ 2·T·h, AV 2·T·h; DeBERTa also c2p and p2c scores 2·(2s)·h each and, once per layer and batch, "
+    "their position projections 2·(2s)·h² each (s = the relative span), spread over the batch's B·T tokens "
+    "(embeddings, pooler, softmax, layer norms, biases and activations ignored). A constant head removes its "
+    "Q and K projections (2·2·h·d), its QKᵀ (2·T·d) and its share of the position terms; "
+    "bound speedup = 1/(1 − removed share)."
 )
 
 
-def flop_counts(hidden_size, intermediate_size, num_layers, num_heads, seq_len, num_constant_heads):
+def flop_counts(hidden_size, intermediate_size, num_layers, num_heads, seq_len, num_constant_heads,
+                position_terms=0, relative_span=0, batch_tokens=1, glu=False):
     """FLOPs per token of the encoder layers, and what making `num_constant_heads` heads constant removes.
 
+    position_terms: DeBERTa's c2p/p2c terms (0, 1 or 2), over 2·relative_span relative positions;
+    their projections cost once per layer and batch, so they are divided by `batch_tokens` (B·T).
     Returns dict(total, removed, removed_share, bound_speedup); see FLOP_NOTE for the model.
     """
     h, ffn, T = hidden_size, intermediate_size, seq_len
     d = h // num_heads
-    per_layer = 4 * 2 * h * h + 2 * 2 * h * ffn + 2 * T * h + 2 * T * h
+    positions = 2 * relative_span
+    per_layer = (4 * 2 * h * h + (3 if glu else 2) * 2 * h * ffn + 2 * T * h + 2 * T * h
+                 + position_terms * (2 * positions * h + 2 * positions * h * h / batch_tokens))
     total = num_layers * per_layer
-    removed = num_constant_heads * (2 * 2 * h * d + 2 * T * d)
+    per_head = 2 * 2 * h * d + 2 * T * d + position_terms * (2 * positions * d + 2 * positions * h * d / batch_tokens)
+    removed = num_constant_heads * per_head
     share = removed / total
     return {"total": total, "removed": removed, "removed_share": share, "bound_speedup": 1.0 / (1.0 - share)}
 
 
-def flop_bound(config, seq_len, num_constant_heads):
-    """`flop_counts` for an HF BERT/RoBERTa config."""
+def relative_span(config, seq_len):
+    """(position terms, relative span) of a DeBERTa config at length T; (0, 0) for other families."""
+    if config.model_type not in ("deberta", "deberta-v2") or not getattr(config, "relative_attention", False):
+        return 0, 0
+    terms = sum(term in (config.pos_att_type or []) for term in ("c2p", "p2c"))
+    max_relative = getattr(config, "max_relative_positions", -1)
+    max_relative = config.max_position_embeddings if max_relative < 1 else max_relative
+    if config.model_type == "deberta":  # v1 slices the embeddings to min(T, max_relative) on each side
+        return terms, min(seq_len, max_relative)
+    buckets = getattr(config, "position_buckets", -1)
+    return terms, buckets if buckets > 0 else max_relative  # v2 always uses the whole table
+
+
+def flop_bound(config, seq_len, num_constant_heads, batch_size=1):
+    """`flop_counts` for an HF config of any supported family."""
+    terms, span = relative_span(config, seq_len)
     return flop_counts(config.hidden_size, config.intermediate_size, config.num_hidden_layers,
-                       config.num_attention_heads, seq_len, num_constant_heads)
+                       config.num_attention_heads, seq_len, num_constant_heads, position_terms=terms,
+                       relative_span=span, batch_tokens=batch_size * seq_len,
+                       glu=config.model_type == "modernbert")
 
 
 def percent_of_bound(ratio, bound):

@@ -90,7 +90,7 @@ def measure_memory(args, job):
     threshold = None if cuda else (args.malloc_mmap_threshold if set_malloc_mmap_threshold(args.malloc_mmap_threshold)
                                    else None)
     if job["kind"] == "averaging":
-        model = load_encoder(args, "eager")
+        model = load_encoder(args, "eager", job.get("layers"))
         batches = averaging_batches(config, job["batches"], args.batch_size, args.avg_seq_len)
         run = lambda: AVERAGING_VARIANTS[job["variant"]](model, batches, args.avg_seq_len, args.device)  # noqa: E731
     else:

@@ -1,11 +1,12 @@
 """The three benchmarks (inference, the averaging pass, a training step) and the run that ties them together.
 
-1. inference (no attentions requested, torch.inference_mode): stock sdpa encoder vs PAPA-patched
-   copies (workloads.INFERENCE_VARIANTS) at each --seq_lens; speed ratio to stock and the FLOP
-   bound (flops.py) of pruning the Q/K projections and QKᵀ of the constant heads;
-2. the averaging pass (`papa.averaging.accumulate_attention`, eager model) vs. a plain eager forward
-   with output_attentions=True over the same batches vs. the original PAPA code's loop; peak memory
-   of the pass at N and 4N batches (each in a fresh child process);
+1. inference (no attentions requested, torch.inference_mode): the stock encoder (sdpa, or eager
+   for DeBERTa, which has no sdpa) vs PAPA-patched copies (workloads.INFERENCE_VARIANTS: how many
+   heads and which — layer-major, every other head, or a real ranking from --sorted_heads) at each
+   --seq_lens; speed ratio to stock and the FLOP bound (flops.py) of the work constant heads skip;
+2. the averaging pass (`papa.averaging.accumulate_attention`) vs. a plain eager forward with
+   output_attentions=True over the same batches vs. the original PAPA code's loop; peak memory of
+   the pass at N and 4N batches, and with half the layers (each in a fresh child process);
 3. one training step (forward + backward + AdamW, train mode) of a freeze-extract sequence probe in
    each of workloads.TRAINING_VARIANTS: median time and peak memory (child processes).
 
@@ -31,17 +32,25 @@ from ..modeling import default_model_path
 from .flops import FLOP_NOTE, flop_bound, percent_of_bound
 from .harness import interleaved_times, paired_ratio, run_child, summary
 from .report import goals, machine_info, markdown
-from .workloads import (AVERAGING_VARIANTS, INFERENCE_VARIANTS, TRAINING_VARIANTS, averaging_batches, first_k_heads,
-                        inference_inputs, load_config, load_encoder, quiet_transformers, random_constants,
-                        training_setup)
+from .workloads import (AVERAGING_VARIANTS, FAMILY_CONFIGS, INFERENCE_VARIANTS, TRAINING_VARIANTS, averaging_batches,
+                        chosen_heads, inference_inputs, load_config, load_encoder, quiet_transformers,
+                        random_constants, stock_implementation, training_setup)
 
 
 @dataclass
 class BenchmarkArguments:
     model_name_or_path: str | None = field(default=None, metadata={
-        "help": "BERT/RoBERTa checkpoint (folder or hub name); default: the bundled all-MiniLM-L6-v2"})
+        "help": "checkpoint of any supported family (folder or hub name); default: the bundled all-MiniLM-L6-v2"})
+    model_type: str | None = field(default=None, metadata={
+        "choices": list(FAMILY_CONFIGS),
+        "help": "instead of a checkpoint, a random model of this family at its base size "
+                + ", ".join(f"({name}: {FAMILY_CONFIGS[name][0]})" for name in FAMILY_CONFIGS)
+                + "; no checkpoint of DeBERTa or ModernBERT can be had offline, and speed does not depend on weights"})
     tiny: bool = field(default=False, metadata={
         "help": "use a tiny random BERT (2 layers, 4 heads, hidden 32) instead: a smoke test in seconds"})
+    sorted_heads: str | None = field(default=None, metadata={
+        "help": "sorted_heads.json of this model (a ranking run's output): adds the 'ranked' inference variants, "
+                "whose constant heads spread over the layers as the sweep's do"})
     device: str = field(default="cpu", metadata={"choices": ["cpu", "cuda"], "help": "where to run"})
     threads: int | None = field(default=None, metadata={
         "help": "torch CPU threads (default: torch's choice). On a shared machine use fewer threads than idle "
@@ -73,21 +82,24 @@ class BenchmarkArguments:
             raise PapaError("--warmup must be ≥ 0 and --seq_lens positive")
         if self.device == "cuda" and not torch.cuda.is_available():
             raise PapaError("--device cuda but CUDA is not available")
+        if self.sorted_heads is not None and not os.path.exists(self.sorted_heads):
+            raise PapaError(f"--sorted_heads {self.sorted_heads} does not exist")
 
 
 def bench_inference(args, config):
     L, H = config.num_hidden_layers, config.num_attention_heads
-    stock = load_encoder(args, "sdpa")
+    stock = load_encoder(args, stock_implementation(config))
+    variants = {name: v for name, v in INFERENCE_VARIANTS.items() if v.heads != "ranked" or args.sorted_heads}
     rows = []
     for T in args.seq_lens:
         inputs = inference_inputs(config, args.batch_size, T, args.device)
         constants = random_constants(config, T)
-        models = {"stock sdpa": stock}
-        heads = {"stock sdpa": 0}
-        for label, fraction in INFERENCE_VARIANTS:
-            k = round(fraction * L * H)
+        models = {"stock": stock}
+        heads = {"stock": 0}
+        for label, variant in variants.items():
+            k = round(variant.fraction * L * H)
             model = copy.deepcopy(stock)
-            patch_model(model, constants, static_heads=first_k_heads(k, L, H))
+            patch_model(model, constants, static_heads=chosen_heads(variant, k, L, H, args.sorted_heads))
             models[f"PAPA, {label}"] = model.eval()
             heads[f"PAPA, {label}"] = k
 
@@ -99,20 +111,20 @@ def bench_inference(args, config):
 
         print(f"[bench] inference T={T}: {len(models)} variants x {args.repeats} repeats", file=sys.stderr, flush=True)
         times = interleaved_times({name: runner(m) for name, m in models.items()}, args.repeats, args.warmup, args.device)
-        stock_median = statistics.median(times["stock sdpa"])
+        stock_median = statistics.median(times["stock"])
         for name in models:
             stats = summary(times[name])
-            flops = flop_bound(config, T, heads[name])
+            flops = flop_bound(config, T, heads[name], args.batch_size)
             ratio = stock_median / stats["median_s"]
             rows.append({
                 "seq_len": T, "variant": name, "constant_heads": heads[name], "total_heads": L * H,
                 **stats,
                 "speed_ratio_to_stock": ratio,
                 "time_ratio_to_stock": 1.0 / ratio,
-                "paired_speed_ratio": paired_ratio(times["stock sdpa"], times[name]),
+                "paired_speed_ratio": paired_ratio(times["stock"], times[name]),
                 "flop_removed_share": flops["removed_share"],
                 "flop_bound_speedup": flops["bound_speedup"],
-                "percent_of_bound": None if name == "stock sdpa" else percent_of_bound(ratio, flops["bound_speedup"]),
+                "percent_of_bound": None if name == "stock" else percent_of_bound(ratio, flops["bound_speedup"]),
             })
         del models
         gc.collect()
@@ -136,11 +148,13 @@ def bench_averaging(args, config):
     del model
     gc.collect()
     memory = []
-    for name, count in ((next(iter(AVERAGING_VARIANTS)), N), (next(iter(AVERAGING_VARIANTS)), 4 * N),
-                        ("original loop", N), ("plain eager forward, output_attentions", N)):
-        print(f"[bench] averaging memory: {name}, {count} batches (child process)", file=sys.stderr, flush=True)
-        memory.append({"variant": name, "batches": count,
-                       **run_child(args, {"kind": "averaging", "variant": name, "batches": count})})
+    ours, plain_name, L = next(iter(AVERAGING_VARIANTS)), "plain eager forward, output_attentions", config.num_hidden_layers
+    for name, count, layers in ((ours, N, L), (ours, 4 * N, L), (ours, N, max(1, L // 2)), ("original loop", N, L),
+                                (plain_name, N, L), (plain_name, N, max(1, L // 2))):
+        print(f"[bench] averaging memory: {name}, {count} batches, {layers} layers (child process)", file=sys.stderr,
+              flush=True)
+        job = {"kind": "averaging", "variant": name, "batches": count, "layers": layers}
+        memory.append({"variant": name, "batches": count, "layers": layers, **run_child(args, job)})
     return {"seq_len": T, "batches": N, "batch_size": args.batch_size, "timing": timing, "memory": memory}
 
 
@@ -181,7 +195,9 @@ def run_benchmark(args, argv):
     results = {
         "machine": machine_info(args),
         "settings": {
-            "model": "tiny random BERT" if args.tiny else args.model_name_or_path,
+            "model": ("tiny random BERT" if args.tiny else f"random {args.model_type} ({FAMILY_CONFIGS[args.model_type][0]} "
+                      "shapes)" if args.model_type else args.model_name_or_path),
+            "stock_attention": stock_implementation(config),
             "command": shlex.join(["papa-benchmark", *argv]),
             "layers": config.num_hidden_layers, "heads": config.num_attention_heads,
             "hidden_size": config.hidden_size, "intermediate_size": config.intermediate_size,
@@ -189,7 +205,9 @@ def run_benchmark(args, argv):
             "warmup": args.warmup, "avg_batches": args.avg_batches, "avg_seq_len": args.avg_seq_len,
             "avg_repeats": args.avg_repeats, "train_seq_len": args.train_seq_len,
             "train_repeats": args.train_repeats,
-            "inference_head_choice": "first k heads in layer-major order; random constant matrices",
+            "inference_head_choice": "layer-major: the first k heads layer by layer; every other head: odd heads of "
+                                     "every layer first; ranked: the first k rows of --sorted_heads "
+                                     f"({args.sorted_heads}); random constant matrices",
         },
         "flop_model": FLOP_NOTE,
     }

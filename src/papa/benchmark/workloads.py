@@ -1,8 +1,9 @@
 """What the benchmark runs: models, inputs, and the variants of each benchmark, as tables.
 
-A variant is a row of INFERENCE_VARIANTS (how many heads are constant), AVERAGING_VARIANTS (a way
-to average attention) or TRAINING_VARIANTS (a training mode and its constant heads): a new model
-family or head choice is a new row, not new code in the harness.
+A variant is a row of INFERENCE_VARIANTS (how many heads are constant, and which), AVERAGING_VARIANTS
+(a way to average attention) or TRAINING_VARIANTS (a training mode and its constant heads): a new
+model family or head choice is a new row, not new code in the harness. FAMILY_CONFIGS gives a random
+model of each family at its base size, for families whose checkpoints cannot be had offline.
 """
 
 import copy
@@ -13,10 +14,26 @@ import transformers
 from transformers import AutoConfig, AutoModel, BertConfig
 
 from ..averaging import accumulate_attention
+from ..errors import PapaError
 from ..modeling import build_model, set_trainable
+from ..ranking import load_sorted_heads
 
-# inference: fractions of all heads made constant (the first k in layer-major order)
-INFERENCE_VARIANTS = (("0 constant", 0.0), ("1/2 constant", 0.5), ("7/8 constant", 0.875), ("all constant", 1.0))
+
+@dataclass(frozen=True)
+class InferenceVariant:
+    fraction: float  # of all heads made constant
+    heads: str = "layer-major"  # which: "layer-major" (first k), "every other" (alternate heads), "ranked" (--sorted_heads)
+
+
+INFERENCE_VARIANTS = {
+    "0 constant": InferenceVariant(0.0),
+    "1/2 constant": InferenceVariant(0.5),
+    "1/2 constant, every other head": InferenceVariant(0.5, "every other"),
+    "1/2 constant, ranked": InferenceVariant(0.5, "ranked"),
+    "7/8 constant": InferenceVariant(0.875),
+    "7/8 constant, ranked": InferenceVariant(0.875, "ranked"),
+    "all constant": InferenceVariant(1.0),
+}
 
 
 @dataclass(frozen=True)
@@ -24,13 +41,33 @@ class TrainingVariant:
     mode: str | None  # papa.modeling.set_trainable mode; None = full fine-tuning
     constant_fraction: float = 0.0  # the first heads (layer-major) made constant
     mix: bool = False  # every head mixes dynamic and constant attention (the ranking run)
+    stock_with_activation_grads: bool = False  # no PAPA; gradients flow back through every layer's activations
 
 
 TRAINING_VARIANTS = {
     "probing": TrainingVariant("grad_for_classifier_only"),
     "probing (1/2 constant)": TrainingVariant("grad_for_classifier_only", constant_fraction=0.5),
     "full fine-tuning": TrainingVariant(None),
+    # the work a ranking run cannot avoid: backward through the encoder's activations (to reach the λ)
+    "stock probe, backward through the encoder": TrainingVariant("grad_for_classifier_only",
+                                                                 stock_with_activation_grads=True),
     "sorting": TrainingVariant("sort_calculating", mix=True),
+}
+
+# Random models at each family's base size (the shapes of the checkpoint named), for --model_type.
+FAMILY_CONFIGS = {
+    "deberta": ("microsoft/deberta-base", lambda: transformers.DebertaConfig(
+        vocab_size=50265, hidden_size=768, num_hidden_layers=12, num_attention_heads=12, intermediate_size=3072,
+        max_position_embeddings=512, relative_attention=True, pos_att_type="c2p|p2c", type_vocab_size=0)),
+    "deberta-v2": ("microsoft/deberta-v3-base", lambda: transformers.DebertaV2Config(
+        vocab_size=128100, hidden_size=768, num_hidden_layers=12, num_attention_heads=12, intermediate_size=3072,
+        max_position_embeddings=512, relative_attention=True, pos_att_type="p2c|c2p", position_buckets=256,
+        norm_rel_ebd="layer_norm", share_att_key=True, position_biased_input=False, type_vocab_size=0)),
+    "modernbert": ("answerdotai/ModernBERT-base", lambda: transformers.ModernBertConfig(
+        vocab_size=50368, hidden_size=768, num_hidden_layers=22, num_attention_heads=12, intermediate_size=1152,
+        global_attn_every_n_layers=3, local_attention=128, pad_token_id=50283, bos_token_id=50281,
+        eos_token_id=50282, cls_token_id=50281, sep_token_id=50282)),
+    "bert": ("bert-base-uncased", lambda: transformers.BertConfig()),
 }
 
 
@@ -46,22 +83,53 @@ def tiny_config():
 
 
 def load_config(args):
-    return tiny_config() if args.tiny else AutoConfig.from_pretrained(args.model_name_or_path)
-
-
-def load_encoder(args, attn_implementation):
-    """The bare encoder (AutoModel, with pooler) in eval mode on args.device."""
     if args.tiny:
+        return tiny_config()
+    if args.model_type:
+        return FAMILY_CONFIGS[args.model_type][1]()
+    return AutoConfig.from_pretrained(args.model_name_or_path)
+
+
+def stock_implementation(config):
+    """The fastest stock attention the family has: sdpa, or eager (DeBERTa has no sdpa in transformers 5)."""
+    model_class = transformers.MODEL_MAPPING[type(config)]
+    return "sdpa" if getattr(model_class, "_supports_sdpa", False) else "eager"
+
+
+def load_encoder(args, attn_implementation, num_layers=None):
+    """The bare encoder (AutoModel, with pooler) in eval mode on args.device; `num_layers` keeps the first ones."""
+    extra = {} if num_layers is None else {"num_hidden_layers": num_layers}
+    if args.tiny or args.model_type:
         torch.manual_seed(0)
-        model = AutoModel.from_config(tiny_config(), attn_implementation=attn_implementation)
+        config = load_config(args)
+        for key, value in extra.items():
+            setattr(config, key, value)
+        model = AutoModel.from_config(config, attn_implementation=attn_implementation)
     else:
-        model = AutoModel.from_pretrained(args.model_name_or_path, attn_implementation=attn_implementation)
+        model = AutoModel.from_pretrained(args.model_name_or_path, attn_implementation=attn_implementation, **extra)
     return model.to(args.device).eval()
 
 
 def first_k_heads(k, num_layers, num_heads):
     """The first k heads in layer-major order, as [[layer, head], ...]."""
     return [[i // num_heads, i % num_heads] for i in range(k)]
+
+
+def every_other_head(k, num_layers, num_heads):
+    """k heads spread so that as many layers as possible mix both kinds: odd heads of each layer first."""
+    order = [[layer, head] for start in (1, 0) for layer in range(num_layers) for head in range(start, num_heads, 2)]
+    return order[:k]
+
+
+def chosen_heads(variant, k, num_layers, num_heads, sorted_heads=None):
+    """The k constant heads of an inference variant, as [[layer, head], ...]."""
+    if variant.heads == "every other":
+        return every_other_head(k, num_layers, num_heads)
+    if variant.heads == "ranked":
+        if sorted_heads is None:
+            raise PapaError("a ranked variant needs --sorted_heads (a sorted_heads.json of this model)")
+        return load_sorted_heads(sorted_heads, num_layers, num_heads)[:k]
+    return first_k_heads(k, num_layers, num_heads)
 
 
 def random_constants(config, seq_len, seed=0):
@@ -71,7 +139,8 @@ def random_constants(config, seq_len, seed=0):
 
 
 def token_ids(config, lengths, seq_len, generator):
-    """[CLS] w … w [SEP] [PAD] … rows with the given real lengths, ids in the word-piece range."""
+    """[CLS] w … w [SEP] [PAD] … rows with the given real lengths, ids in the word-piece range
+    (token types only for families that take them)."""
     batch = len(lengths)
     low = min(1000, config.vocab_size // 2)
     ids = torch.randint(low, config.vocab_size, (batch, seq_len), generator=generator)
@@ -80,7 +149,10 @@ def token_ids(config, lengths, seq_len, generator):
     ids[:, 0] = cls_id
     ids[torch.arange(batch), torch.as_tensor(lengths) - 1] = sep_id
     ids = ids * mask + (config.pad_token_id or 0) * (1 - mask)
-    return {"input_ids": ids, "attention_mask": mask, "token_type_ids": torch.zeros_like(ids)}
+    inputs = {"input_ids": ids, "attention_mask": mask}
+    if config.model_type != "modernbert":
+        inputs["token_type_ids"] = torch.zeros_like(ids)
+    return inputs
 
 
 def inference_inputs(config, batch_size, seq_len, device, seed=0):
@@ -115,7 +187,7 @@ def plain_attention_pass(model, batches, seq_len, device):
     """The floor: an eager forward with output_attentions=True, attentions discarded."""
     encoder = model.base_model.eval()
     for batch in batches:
-        inputs = {k: batch[k].to(device) for k in ("input_ids", "attention_mask", "token_type_ids")}
+        inputs = {k: v.to(device) for k, v in batch.items()}
         encoder(**inputs, output_attentions=True, return_dict=True)
 
 
@@ -128,7 +200,7 @@ def original_accumulate(model, batches, seq_len, device):
     pattern_sums = torch.zeros(T, T, device=device)
     encoder = model.base_model.eval()
     for batch in batches:
-        inputs = {k: batch[k].to(device) for k in ("input_ids", "attention_mask", "token_type_ids")}
+        inputs = {k: v.to(device) for k, v in batch.items()}
         attentions = encoder(**inputs, output_attentions=True, return_dict=True).attentions
         B = inputs["input_ids"].shape[0]
         cur = torch.zeros(B, L, H, T, T, device=device)
@@ -163,9 +235,12 @@ def training_setup(args, config, variant, seq_len):
         constants = random_constants(cfg, seq_len)
         static = first_k_heads(int(spec.constant_fraction * L * H), L, H) if spec.constant_fraction else None
     torch.manual_seed(0)
-    model = build_model("AutoModelForSequenceClassification", cfg, None if args.tiny else args.model_name_or_path,
+    checkpoint = None if args.tiny or args.model_type else args.model_name_or_path
+    model = build_model("AutoModelForSequenceClassification", cfg, checkpoint,
                         constants, static, spec.mix, freeze_extract_seq_len=seq_len)
     set_trainable(model, spec.mode)
+    if spec.stock_with_activation_grads:  # the embeddings' output requires grad: backward runs through every layer
+        model.base_model.embeddings.register_forward_hook(lambda module, args, output: output.requires_grad_(True))
     model.to(args.device).train()  # as the Trainer does: dropout on
     optimizer = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=1e-5)
     inputs = averaging_batches(cfg, 1, args.batch_size, seq_len, seed=1)[0]
