@@ -398,3 +398,22 @@ def test_sequence_probe_dropout_follows_the_family(name):
     assert isinstance(probe.dropout, torch.nn.Dropout) and probe.dropout.p == expected
     roberta_probe = FreezeExtractForSequenceClassification(tiny_model("xlm-roberta"), T)
     assert isinstance(roberta_probe.dropout, torch.nn.Identity)
+
+
+def test_token_tasks_get_prefix_spaces_with_byte_level_bpe(tmp_path):
+    """As the original did for its token tasks: byte-level BPE (DeBERTa v1, RoBERTa) needs a space before each
+    pre-split word; WordPiece and SentencePiece tokenizers are left as they are."""
+    from papa.runs import load_config_and_tokenizer
+    from papa.tasks import get_task
+    from tiny_encoders import save_tiny_pretrained
+
+    deberta = save_tiny_pretrained("deberta", tmp_path / "deberta")
+    ner, repeat = get_task("ner"), get_task("repeat")
+    tags = ["O", "B-PER", "I-PER"]
+    assert load_config_and_tokenizer(deberta, None, ner, tags, 32)[2].add_prefix_space is True
+    assert load_config_and_tokenizer(deberta, None, repeat, ["new", "repeated"], 32)[2].add_prefix_space is False
+    with_space = load_config_and_tokenizer(deberta, None, ner, tags, 32)[2]
+    words = with_space(["EU", "rejects", "German"], is_split_into_words=True)
+    assert words.word_ids()[1:4] == [0, 1, 2]  # one piece per word: each was read with its leading space
+    bert = load_config_and_tokenizer(None, None, ner, tags, 32)[2]  # WordPiece: words split on their own
+    assert bert(["EU", "rejects"], is_split_into_words=True).word_ids()[1:3] == [0, 1]
