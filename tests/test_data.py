@@ -11,7 +11,7 @@ from papa.data import load_sequence_task, read_glue_tsv
 from papa.errors import PapaError
 from papa.tasks import get_task
 
-NER_LABELS = ["B-LOC", "B-MISC", "B-ORG", "B-PER", "I-LOC", "I-MISC", "I-ORG", "I-PER", "O"]
+NER_LABELS = ["O", "B-PER", "I-PER", "B-ORG", "I-ORG", "B-LOC", "I-LOC", "B-MISC", "I-MISC"]  # the hub's order
 
 
 def write(path, text):
@@ -219,13 +219,13 @@ def test_hub_fallback_renames_and_wraps_failures(monkeypatch):
         raise ConnectionError("name resolution failed")
 
     monkeypatch.setattr(datasets, "load_dataset", no_network)
-    with pytest.raises(PapaError, match="could not load glue/sst2 from the Hugging Face hub.*ConnectionError"):
+    with pytest.raises(PapaError, match=r"could not load nyu-mll/glue \(sst2\) from the Hugging Face hub.*ConnectionError"):
         load_sequence_task("sst2")
 
 
 def test_unknown_split():
-    with pytest.raises(PapaError, match="unknown split 'test'"):
-        load_sequence_task("sst2", data_dir=".", splits=("test",))
+    with pytest.raises(PapaError, match="unknown split 'dev'"):
+        load_sequence_task("sst2", data_dir=".", splits=("dev",))
 
 
 def test_repeat_uses_the_synthetic_generator():
@@ -253,7 +253,7 @@ def test_conll_real_files(shared_data):
     assert labels == NER_LABELS
     assert ds["train"].num_rows == 14041 and ds["validation"].num_rows == 3250
     assert [labels[i] for i in ds["train"][0]["tags"]] == tags[0]
-    # the label list still comes from train when only validation is requested
+    # the label list is the task's, whatever is read
     only_dev, dev_labels = load_token_task("ner", data_dir=shared_data / "conll2003", splits=("validation",))
     assert list(only_dev) == ["validation"] and dev_labels == NER_LABELS
 
@@ -275,8 +275,8 @@ def test_conll_columns_docstart_and_trailing_sentence(tmp_path):
     assert read_conll(path, 2)[1] == [["B-NP", "B-VP"], ["B-NP", "I-NP"]]
     write(tmp_path / "dev.conll", "Peter NNP B-NP B-PER\n\n")
     ds, labels = load_token_task("chunk", data_dir=tmp_path)
-    assert labels == ["B-NP", "B-VP", "I-NP"]
-    assert ds["validation"]["tags"] == [[0]]
+    assert labels == list(get_task("chunk").labels) and len(labels) == 23
+    assert ds["validation"]["tags"] == [[labels.index("B-NP")]] == [[11]]
 
 
 def test_conll_bad_line_names_file_and_line(tmp_path):
@@ -288,10 +288,15 @@ def test_conll_bad_line_names_file_and_line(tmp_path):
 
 
 def test_validation_tag_missing_in_train(tmp_path):
+    """CoNLL tasks have the canonical tags: a validation tag the training slice lacks still has its id."""
     train = write(tmp_path / "train.txt", "EU NNP B-NP B-ORG\n")
-    valid = write(tmp_path / "valid.txt", "Peter NNP B-NP B-PER\n")
-    with pytest.raises(PapaError, match=r"valid\.txt: tag\(s\) B-PER do not occur in the training data"):
-        load_token_task("ner", train_file=train, validation_file=valid)
+    valid = write(tmp_path / "valid.txt", "Peter NNP B-NP B-PER\nhere FW B-NP O\n")
+    ds, labels = load_token_task("ner", train_file=train, validation_file=valid)
+    assert [labels[i] for i in ds["validation"]["tags"][0]] == ["B-PER", "O"]
+    assert load_token_task("pos", train_file=train, validation_file=valid)[0]["validation"]["tags"] == [[22, 14]]
+    bad = write(tmp_path / "bad.txt", "Peter NNP B-NP B-PERSON\n")
+    with pytest.raises(PapaError, match=r"bad\.txt: B-PERSON is not a CoNLL-2003 ner tag.*--task_name my_tags"):
+        load_token_task("ner", train_file=train, validation_file=bad)
     only_train = tmp_path / "only_train"
     only_train.mkdir()
     write(only_train / "train.txt", "EU NNP B-NP B-ORG\n")
