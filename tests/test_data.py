@@ -302,3 +302,35 @@ def test_validation_tag_missing_in_train(tmp_path):
     write(only_train / "train.txt", "EU NNP B-NP B-ORG\n")
     with pytest.raises(PapaError, match=r"--data_dir .*only_train has no \{valid,validation,dev\}"):
         load_token_task("ner", data_dir=only_train)
+
+
+# ----------------------------------------------------------------------------- custom tasks (papa.custom)
+
+def test_custom_sequence_task_follows_run_glue():
+    from papa.custom import custom_sequence_task
+
+    table = datasets.Dataset.from_dict
+    pair = custom_sequence_task(table({"idx": [0], "sentence2": ["b"], "sentence1": ["a"], "label": [10]}), "f")
+    assert pair.text_columns == ("sentence1", "sentence2") and pair.labels == ("10",) and pair.metrics == ("accuracy",)
+    first_two = custom_sequence_task(table({"q": ["a"], "label": [2], "p": ["b"], "r": ["c"]}), "f")
+    assert first_two.text_columns == ("q", "p")
+    ints = custom_sequence_task(table({"text": ["a", "b", "c"], "label": [10, 2, 2]}), "f")
+    assert ints.text_columns == ("text",) and ints.labels == ("2", "10")  # sorted as numbers, like run_glue
+    regression = custom_sequence_task(table({"text": ["a"], "label": [0.5]}), "f")
+    assert regression.is_regression and regression.metrics == ("mse", "pearson")
+    with pytest.raises(PapaError, match="f has no 'label' column"):
+        custom_sequence_task(table({"text": ["a"], "gold": [1]}), "f")
+
+
+def test_custom_labels_match_by_value(tmp_path):
+    from papa.custom import resolve_task
+
+    train = write(tmp_path / "train.csv", "text,label\na,pos\nb,neg\nc,pos\n")
+    task = resolve_task("sequence", None, train_file=train)
+    assert task.name == "custom" and task.labels == ("neg", "pos")
+    ds = load_sequence_task(task, train_file=train, validation_file=write(tmp_path / "dev.csv", "text,label\nd,neg\n"))
+    assert ds["train"]["label"] == [1, 0, 1] and ds["validation"]["label"] == [0]
+    with pytest.raises(PapaError, match=r"bad\.csv row 1: label 'meh' does not occur in the training data"):
+        load_sequence_task(task, train_file=train, validation_file=write(tmp_path / "bad.csv", "text,label\nd,meh\n"))
+    test = load_sequence_task(task, test_file=write(tmp_path / "test.csv", "text\nx\n"), splits=("test",))
+    assert test["test"].column_names == ["text"]  # test splits carry no labels

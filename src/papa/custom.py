@@ -28,7 +28,8 @@ def _train_table(train_file, dataset_name, dataset_config_name, cache_dir, what)
     if train_file is not None:
         return read_table(train_file, "--train_file", cache_dir), str(train_file)
     probe = TaskSpec(what, "sequence", hub=None)
-    hub = hub_dataset(probe, dataset_name, dataset_config_name, cache_dir, ["train"], "pass --train_file")
+    hub = hub_dataset(probe, dataset_name, dataset_config_name, cache_dir, ["train"],
+                      "pass --train_file/--validation_file (CSV or JSON), or --task_name and --data_dir")
     return hub_split(hub, "train", dataset_name), f"{dataset_name} train"
 
 

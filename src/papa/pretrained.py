@@ -10,6 +10,7 @@ import os
 
 from transformers import AutoConfig, AutoTokenizer
 
+from .data import hub_is_offline
 from .encoders import family_for
 from .errors import PapaError
 from .modeling import default_model_path
@@ -41,7 +42,9 @@ def _load(what, loader, name, **kwargs):
     try:
         return loader(name, **kwargs)
     except (OSError, ValueError) as err:
-        raise PapaError(f"cannot load {what} {name!r}: {str(err).splitlines()[0]}") from None
+        offline = hub_is_offline() and not os.path.isdir(name)
+        raise PapaError(f"cannot load {what} {name!r}: {str(err).splitlines()[0].rstrip('.')}"
+                        + ("; the hub is offline (HF_HUB_OFFLINE): pass a local folder" if offline else "")) from None
 
 
 def load_config_and_tokenizer(model_name_or_path, cache_dir, task, label_list, max_length, config_name=None,
