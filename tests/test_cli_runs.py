@@ -214,7 +214,7 @@ def test_custom_csv_through_the_sweep(tmp_path, tiny_bert, monkeypatch):
     train = write_csv(tmp_path / "train.csv", "sentence,label", rows)
     args, passthrough = parse_sweep_args(["--model_name_or_path", tiny_bert, "--train_file", str(train),
                                           "--validation_file", str(train), "--output_dir", str(tmp_path / "sweep"),
-                                          "--static_heads_nums", "0", "12", "--num_train_epochs", "1",
+                                          "--static_heads_nums", "12", "--num_train_epochs", "1",
                                           "--max_seq_length", str(T), "--report_to", "none"])
     task = resolve_task(None, args.task_name, args.train_file)
     assert task.custom and task.text_columns == ("sentence",) and task.labels == ("0", "1")

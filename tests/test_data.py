@@ -334,3 +334,22 @@ def test_custom_labels_match_by_value(tmp_path):
         load_sequence_task(task, train_file=train, validation_file=write(tmp_path / "bad.csv", "text,label\nd,meh\n"))
     test = load_sequence_task(task, test_file=write(tmp_path / "test.csv", "text\nx\n"), splits=("test",))
     assert test["test"].column_names == ["text"]  # test splits carry no labels
+
+
+def test_token_hub_data_maps_tags_by_name(monkeypatch):
+    """--dataset_name for a CoNLL task: the hub's ClassLabel ids are read by name into the canonical ids."""
+    monkeypatch.setenv("HF_HUB_OFFLINE", "0")
+    monkeypatch.setenv("HF_DATASETS_OFFLINE", "0")
+    shuffled = ["I-PER", "O", "B-PER"]  # a source whose ids follow another order
+
+    def fake_hub(path, name=None, cache_dir=None):
+        features = datasets.Features({"words": datasets.List(datasets.Value("string")),
+                                      "ner_tags": datasets.List(datasets.ClassLabel(names=shuffled))})
+        split = datasets.Dataset.from_dict({"words": [["Peter", "Blackburn", "said"]], "ner_tags": [[2, 0, 1]]},
+                                           features=features)
+        return datasets.DatasetDict(train=split, validation=split)
+
+    monkeypatch.setattr(datasets, "load_dataset", fake_hub)
+    ds, labels = load_token_task("ner", dataset_name="someone/conll", splits=("validation",), text_column_name="words")
+    assert [labels[i] for i in ds["validation"]["tags"][0]] == ["B-PER", "I-PER", "O"]
+    assert ds["validation"]["tokens"] == [["Peter", "Blackburn", "said"]]

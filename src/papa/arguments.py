@@ -189,9 +189,11 @@ class AveragingArguments:
             check_positive(getattr(self, flag), f"--{flag}")
 
 
-def _no_effect(default, kind="its training loop"):
-    return field(default=default, metadata={"help": f"Accepted for compatibility: the original parsed it for {kind}, "
-                                                    "which never ran; no effect."})
+NO_EFFECT = "Accepted for compatibility, no effect: the original parsed it for its training loop, which never ran."
+
+
+def _no_effect(default, help=NO_EFFECT):
+    return field(default=default, metadata={"help": help})
 
 
 @dataclass
@@ -207,9 +209,9 @@ class UnusedAveragingArguments:
     gradient_accumulation_steps: int = _no_effect(1)
     lr_scheduler_type: str = _no_effect("linear")
     num_warmup_steps: int = _no_effect(0)
-    sort_output_dir: str | None = _no_effect(None, "nothing")
-    hub_model_id: str | None = _no_effect(None, "--push_to_hub")
-    hub_token: str | None = _no_effect(None, "--push_to_hub")
+    sort_output_dir: str | None = _no_effect(None, "Accepted for compatibility, no effect (the original never used it).")
+    hub_model_id: str | None = _no_effect(None, "Accepted for compatibility, no effect (only --push_to_hub used it).")
+    hub_token: str | None = _no_effect(None, "Accepted for compatibility, no effect (only --push_to_hub used it).")
     push_to_hub: bool = field(default=False, metadata={
         "help": "Not supported: the original cloned the hub repository but pushed nothing; upload --output_dir "
                 "yourself (hf upload)."})
