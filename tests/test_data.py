@@ -11,7 +11,7 @@ from papa.data import load_sequence_task, read_glue_tsv
 from papa.errors import PapaError
 from papa.tasks import get_task
 
-NER_LABELS = ["B-LOC", "B-MISC", "B-ORG", "B-PER", "I-LOC", "I-MISC", "I-ORG", "I-PER", "O"]
+NER_LABELS = ["O", "B-PER", "I-PER", "B-ORG", "I-ORG", "B-LOC", "I-LOC", "B-MISC", "I-MISC"]  # the hub's order
 
 
 def write(path, text):
@@ -219,13 +219,13 @@ def test_hub_fallback_renames_and_wraps_failures(monkeypatch):
         raise ConnectionError("name resolution failed")
 
     monkeypatch.setattr(datasets, "load_dataset", no_network)
-    with pytest.raises(PapaError, match="could not load glue/sst2 from the Hugging Face hub.*ConnectionError"):
+    with pytest.raises(PapaError, match=r"could not load nyu-mll/glue \(sst2\) from the Hugging Face hub.*ConnectionError"):
         load_sequence_task("sst2")
 
 
 def test_unknown_split():
-    with pytest.raises(PapaError, match="unknown split 'test'"):
-        load_sequence_task("sst2", data_dir=".", splits=("test",))
+    with pytest.raises(PapaError, match="unknown split 'dev'"):
+        load_sequence_task("sst2", data_dir=".", splits=("dev",))
 
 
 def test_repeat_uses_the_synthetic_generator():
@@ -253,7 +253,7 @@ def test_conll_real_files(shared_data):
     assert labels == NER_LABELS
     assert ds["train"].num_rows == 14041 and ds["validation"].num_rows == 3250
     assert [labels[i] for i in ds["train"][0]["tags"]] == tags[0]
-    # the label list still comes from train when only validation is requested
+    # the label list is the task's, whatever is read
     only_dev, dev_labels = load_token_task("ner", data_dir=shared_data / "conll2003", splits=("validation",))
     assert list(only_dev) == ["validation"] and dev_labels == NER_LABELS
 
@@ -275,8 +275,8 @@ def test_conll_columns_docstart_and_trailing_sentence(tmp_path):
     assert read_conll(path, 2)[1] == [["B-NP", "B-VP"], ["B-NP", "I-NP"]]
     write(tmp_path / "dev.conll", "Peter NNP B-NP B-PER\n\n")
     ds, labels = load_token_task("chunk", data_dir=tmp_path)
-    assert labels == ["B-NP", "B-VP", "I-NP"]
-    assert ds["validation"]["tags"] == [[0]]
+    assert labels == list(get_task("chunk").labels) and len(labels) == 23
+    assert ds["validation"]["tags"] == [[labels.index("B-NP")]] == [[11]]
 
 
 def test_conll_bad_line_names_file_and_line(tmp_path):
@@ -288,12 +288,68 @@ def test_conll_bad_line_names_file_and_line(tmp_path):
 
 
 def test_validation_tag_missing_in_train(tmp_path):
+    """CoNLL tasks have the canonical tags: a validation tag the training slice lacks still has its id."""
     train = write(tmp_path / "train.txt", "EU NNP B-NP B-ORG\n")
-    valid = write(tmp_path / "valid.txt", "Peter NNP B-NP B-PER\n")
-    with pytest.raises(PapaError, match=r"valid\.txt: tag\(s\) B-PER do not occur in the training data"):
-        load_token_task("ner", train_file=train, validation_file=valid)
+    valid = write(tmp_path / "valid.txt", "Peter NNP B-NP B-PER\nhere FW B-NP O\n")
+    ds, labels = load_token_task("ner", train_file=train, validation_file=valid)
+    assert [labels[i] for i in ds["validation"]["tags"][0]] == ["B-PER", "O"]
+    assert load_token_task("pos", train_file=train, validation_file=valid)[0]["validation"]["tags"] == [[22, 14]]
+    bad = write(tmp_path / "bad.txt", "Peter NNP B-NP B-PERSON\n")
+    with pytest.raises(PapaError, match=r"bad\.txt: B-PERSON is not a CoNLL-2003 ner tag.*--task_name my_tags"):
+        load_token_task("ner", train_file=train, validation_file=bad)
     only_train = tmp_path / "only_train"
     only_train.mkdir()
     write(only_train / "train.txt", "EU NNP B-NP B-ORG\n")
     with pytest.raises(PapaError, match=r"--data_dir .*only_train has no \{valid,validation,dev\}"):
         load_token_task("ner", data_dir=only_train)
+
+
+# ----------------------------------------------------------------------------- custom tasks (papa.custom)
+
+def test_custom_sequence_task_follows_run_glue():
+    from papa.custom import custom_sequence_task
+
+    table = datasets.Dataset.from_dict
+    pair = custom_sequence_task(table({"idx": [0], "sentence2": ["b"], "sentence1": ["a"], "label": [10]}), "f")
+    assert pair.text_columns == ("sentence1", "sentence2") and pair.labels == ("10",) and pair.metrics == ("accuracy",)
+    first_two = custom_sequence_task(table({"q": ["a"], "label": [2], "p": ["b"], "r": ["c"]}), "f")
+    assert first_two.text_columns == ("q", "p")
+    ints = custom_sequence_task(table({"text": ["a", "b", "c"], "label": [10, 2, 2]}), "f")
+    assert ints.text_columns == ("text",) and ints.labels == ("2", "10")  # sorted as numbers, like run_glue
+    regression = custom_sequence_task(table({"text": ["a"], "label": [0.5]}), "f")
+    assert regression.is_regression and regression.metrics == ("mse", "pearson")
+    with pytest.raises(PapaError, match="f has no 'label' column"):
+        custom_sequence_task(table({"text": ["a"], "gold": [1]}), "f")
+
+
+def test_custom_labels_match_by_value(tmp_path):
+    from papa.custom import resolve_task
+
+    train = write(tmp_path / "train.csv", "text,label\na,pos\nb,neg\nc,pos\n")
+    task = resolve_task("sequence", None, train_file=train)
+    assert task.name == "custom" and task.labels == ("neg", "pos")
+    ds = load_sequence_task(task, train_file=train, validation_file=write(tmp_path / "dev.csv", "text,label\nd,neg\n"))
+    assert ds["train"]["label"] == [1, 0, 1] and ds["validation"]["label"] == [0]
+    with pytest.raises(PapaError, match=r"bad\.csv row 1: label 'meh' does not occur in the training data"):
+        load_sequence_task(task, train_file=train, validation_file=write(tmp_path / "bad.csv", "text,label\nd,meh\n"))
+    test = load_sequence_task(task, test_file=write(tmp_path / "test.csv", "text\nx\n"), splits=("test",))
+    assert test["test"].column_names == ["text"]  # test splits carry no labels
+
+
+def test_token_hub_data_maps_tags_by_name(monkeypatch):
+    """--dataset_name for a CoNLL task: the hub's ClassLabel ids are read by name into the canonical ids."""
+    monkeypatch.setenv("HF_HUB_OFFLINE", "0")
+    monkeypatch.setenv("HF_DATASETS_OFFLINE", "0")
+    shuffled = ["I-PER", "O", "B-PER"]  # a source whose ids follow another order
+
+    def fake_hub(path, name=None, cache_dir=None):
+        features = datasets.Features({"words": datasets.List(datasets.Value("string")),
+                                      "ner_tags": datasets.List(datasets.ClassLabel(names=shuffled))})
+        split = datasets.Dataset.from_dict({"words": [["Peter", "Blackburn", "said"]], "ner_tags": [[2, 0, 1]]},
+                                           features=features)
+        return datasets.DatasetDict(train=split, validation=split)
+
+    monkeypatch.setattr(datasets, "load_dataset", fake_hub)
+    ds, labels = load_token_task("ner", dataset_name="someone/conll", splits=("validation",), text_column_name="words")
+    assert [labels[i] for i in ds["validation"]["tags"][0]] == ["B-PER", "I-PER", "O"]
+    assert ds["validation"]["tokens"] == [["Peter", "Blackburn", "said"]]

@@ -83,8 +83,9 @@ def test_data_errors(expect_error, tmp_path, cola_dir):
     expect_error("run_papa_ner_avgs_creator.py", ["--task_name", "ner", "--data_dir", conll, "--max_length", "16"],
                  r"train.txt:2")
     (conll / "train.txt").write_text("EU NNP B-NP B-ORG\nrejects VBZ B-VP O\n")
-    (conll / "valid.txt").write_text("Peter NNP B-NP B-PER\n")
-    expect_error("run_papa_ner.py", ["--task_name", "ner", "--data_dir", conll, "--do_train", "--do_eval"], r"B-PER")
+    (conll / "valid.txt").write_text("Peter NNP B-NP B-PERSON\n")
+    expect_error("run_papa_ner.py", ["--task_name", "ner", "--data_dir", conll, "--do_train", "--do_eval"],
+                 r"valid.txt: B-PERSON is not a CoNLL-2003 ner tag")
 
 
 def test_offline_without_files_names_the_flag(expect_error, monkeypatch):

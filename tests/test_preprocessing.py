@@ -92,6 +92,33 @@ def test_layout_matches_original_algorithm_on_random_examples():
         assert papa_sequence_layout(ids, None, 2, 1, T) == {"input_ids": want_ids, "attention_mask": want_mask}
 
 
+def test_original_token_types_stay_in_place_on_random_examples():
+    """--original_token_types: ids and mask as the original's transcription, token types as the tokenizer left them
+    (the original code never touched them); rows are padded to T first, as the tokenizer does before the layout."""
+    rng = random.Random(1)
+    for _ in range(2000):
+        ids, types = random_example(rng)
+        T = rng.randrange(len(ids), 48)
+        ids, types = ids + [1] * (T - len(ids)), types + [0] * (T - len(types))
+        out = papa_sequence_layout(ids, types, sep_token_id=2, pad_token_id=1, max_length=T, original_token_types=True)
+        want_ids, want_mask, moved_types = reference_layout(ids, types, sep=2, pad=1, T=T)
+        assert out["input_ids"] == want_ids and out["attention_mask"] == want_mask, (ids, T)
+        assert out["token_type_ids"] == types
+        assert papa_sequence_layout(ids, types, 2, 1, T)["token_type_ids"] == moved_types  # the default
+    with pytest.raises(PapaError, match="padded to max_length=8"):
+        papa_sequence_layout([0, 5, 2], [0, 0, 0], 2, 1, 8, original_token_types=True)
+
+
+def test_original_token_types_of_a_bert_pair(bert_tokenizer):
+    examples = {"s1": ["the cat sat"], "s2": ["a dog"]}
+    out = tokenize_sequence_examples(bert_tokenizer, examples, "s1", "s2", max_length=12, papa_layout=True,
+                                     pad_to_max_length=False, original_token_types=True)
+    # the tokenizer's types (0 0 0 0 0 1 1 1 0 0 0 0) stay where they were: "a dog" at 7, 8 reads as segment A
+    assert out["token_type_ids"] == [[0, 0, 0, 0, 0, 1, 1, 1, 0, 0, 0, 0]]
+    assert out["input_ids"] == tokenize_sequence_examples(bert_tokenizer, examples, "s1", "s2", 12, True,
+                                                          False)["input_ids"]
+
+
 def test_token_types_move_with_their_tokens():
     # [CLS] a1 a2 [SEP] b1 b2 [SEP] with types 0 0 0 0 1 1 1, T = 10
     ids = [101, 11, 12, 102, 21, 22, 102]

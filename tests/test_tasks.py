@@ -5,7 +5,7 @@ import pytest
 from papa.errors import PapaError
 from papa.metrics import SEQUENCE_METRICS
 from papa.synthetic import REPEAT_LABELS
-from papa.tasks import TASKS, TaskSpec, get_task, task_names
+from papa.tasks import CONLL_CHUNK, CONLL_NER, CONLL_POS, TASKS, TaskSpec, get_task, task_names
 
 
 def test_names_accept_glue_spellings():
@@ -42,13 +42,25 @@ def test_labels_follow_hf_glue_order():
     assert list(get_task("repeat").labels) == REPEAT_LABELS
 
 
+def test_conll_labels_are_the_hub_features_order():
+    """The hub conll2003 ClassLabel names (9 NER, 47 POS, 23 chunk tags), so label ids equal the original's hub run."""
+    assert CONLL_NER == ("O", "B-PER", "I-PER", "B-ORG", "I-ORG", "B-LOC", "I-LOC", "B-MISC", "I-MISC")
+    assert (len(CONLL_POS), len(set(CONLL_POS)), len(CONLL_CHUNK), len(set(CONLL_CHUNK))) == (47, 47, 23, 23)
+    assert CONLL_POS[:10] == ('"', "''", "#", "$", "(", ")", ",", ".", ":", "``") and CONLL_POS[-1] == "WRB"
+    assert CONLL_POS.index("FW") == 14 and CONLL_POS.index("NN|SYM") == 25
+    assert CONLL_CHUNK[0] == "O" and CONLL_CHUNK[11:13] == ("B-NP", "I-NP") and CONLL_CHUNK[-2:] == ("B-VP", "I-VP")
+    for name, labels in (("ner", CONLL_NER), ("pos", CONLL_POS), ("chunk", CONLL_CHUNK)):
+        assert get_task(name).labels == labels and get_task(name).num_labels == len(labels)
+
+
 @pytest.mark.parametrize("name", list(TASKS))
 def test_every_spec_is_complete(name):
     spec = TASKS[name]
     assert spec.model_class in ("AutoModelForSequenceClassification", "AutoModelForTokenClassification")
     assert spec.main_metrics and spec.eval_splits[0][0] == "validation" and spec.eval_splits[0][2] == "eval"
+    assert spec.test_splits and spec.test_splits[0][:1] == ("test",) and not spec.custom
     if spec.kind == "token":
-        assert spec.conll_column in (1, 2, 3) and spec.main_metrics == ("f1",)
+        assert spec.conll_column in (1, 2, 3) and spec.main_metrics == ("f1",) and spec.labels
         return
     assert 1 <= len(spec.text_columns) <= 2
     assert set(spec.metrics) <= set(SEQUENCE_METRICS)

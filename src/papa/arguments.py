@@ -5,10 +5,12 @@ Every command parses dataclasses with HF's `HfArgumentParser`: the training scri
 averaging scripts `AveragingArguments`, the sweep `SweepArguments`. Booleans accept a bare flag or
 a value, and parse honestly: `false`, `False`, `0`, `no` are False. Each dataclass checks its own
 values in `__post_init__`; a bad flag or value is a `PapaError` (one `error:` line), not argparse's
-usage dump.
+usage dump. As in HF's example scripts, a single argument ending in `.json` is a file of arguments
+(`{"task_name": "cola", "do_train": true, ...}`).
 """
 
 import argparse
+import json
 from dataclasses import dataclass, field
 
 from transformers import HfArgumentParser, TrainingArguments
@@ -34,7 +36,17 @@ class ModelArguments:
     model_name_or_path: str | None = field(
         default=None, metadata={"help": "HF model name or folder (any supported family: BERT, RoBERTa, XLM-R, CamemBERT, ELECTRA, DeBERTa v1/v2/v3, ModernBERT). Default: the bundled all-MiniLM-L6-v2."}
     )
+    config_name: str | None = field(default=None, metadata={"help": "Config name or folder, if not the model's."})
+    tokenizer_name: str | None = field(default=None, metadata={"help": "Tokenizer name or folder, if not the model's."})
     cache_dir: str | None = field(default=None, metadata={"help": "Where to cache models and datasets from the hub."})
+    use_fast_tokenizer: bool = field(
+        default=True, metadata={"help": "Use a fast (tokenizers) tokenizer; token tasks need one (word_ids)."})
+    model_revision: str = field(
+        default="main", metadata={"help": "Model version on the hub: a branch name, tag name or commit id."})
+    token: str | None = field(default=None, metadata={
+        "help": "Hub token for private models or datasets (default: the one `hf auth login` stored, if any)."})
+    use_auth_token: bool = field(default=False, metadata={
+        "help": "transformers 4's flag: use the token `hf auth login` stored (now --token)."})
     use_freeze_extract_pooler: bool = field(
         default=False, metadata={"help": "Probe every hidden state with the original freeze-extract head (pads inputs to max length)."}
     )
@@ -61,16 +73,40 @@ class ModelArguments:
 
     def __post_init__(self):
         training_mode(self.sort_calculating, self.grad_for_classifier_only, self.grad_for_classifier_and_static_only)
+        if self.use_auth_token and self.token is None:
+            self.token = True  # huggingface_hub: True = the stored token
+
+
+TASK_HELP = ("Task (case-insensitive): cola sst2 mrpc qqp stsb mnli qnli rte wnli repeat (run_papa_glue*), ner pos "
+             "chunk (run_papa_ner*; default ner). Sequence tasks: omit it for your own CSV/JSON files or --dataset_name "
+             "(labels from the data). Token tasks: any other name for your own tag set (JSON files or --dataset_name).")
+TRAIN_FILE_HELP = ("Training file: GLUE .tsv, or .csv/.json(l) with a 'label' column (text columns: sentence1/"
+                   "sentence2, else the first one or two); token tasks: CoNLL .txt/.conll or .json(l) of word and tag lists.")
+DATASET_HELP = "Dataset on the Hugging Face hub (online only), for the splits without local files."
+COLUMN_HELP = "Token tasks, JSON or hub data: the column of {} (default: {})."
+
+
+ORIGINAL_TYPES_HELP = ("PAPA layout: leave token_type_ids where the tokenizer put them, as the original code did (a pair's "
+                       "second sentence is then read as segment A), to match the paper's numbers. Default: they move "
+                       "with their tokens.")
 
 
 @dataclass
 class DataArguments:
-    task_name: str | None = field(default=None, metadata={"help": "Task (case-insensitive), e.g. cola, sst2, mrpc, ner, repeat."})
+    task_name: str | None = field(default=None, metadata={"help": TASK_HELP})
     data_dir: str | None = field(
-        default=None, metadata={"help": "Folder with the task's files (GLUE: train.tsv, dev.tsv; CoNLL: train.txt, valid.txt)."}
+        default=None, metadata={"help": "Folder with the task's files (GLUE: train.tsv, dev.tsv, test.tsv; CoNLL: "
+                                        "train.txt, valid.txt, test.txt)."}
     )
-    train_file: str | None = field(default=None, metadata={"help": "Training file (GLUE .tsv/.csv/.json, CoNLL .txt/.conll)."})
+    dataset_name: str | None = field(default=None, metadata={"help": DATASET_HELP})
+    dataset_config_name: str | None = field(default=None, metadata={"help": "Configuration of --dataset_name."})
+    train_file: str | None = field(default=None, metadata={"help": TRAIN_FILE_HELP})
     validation_file: str | None = field(default=None, metadata={"help": "Validation file, same formats as --train_file."})
+    test_file: str | None = field(default=None, metadata={
+        "help": "Test file for --do_predict, same formats (labels optional for sequence tasks)."})
+    text_column_name: str | None = field(default=None, metadata={"help": COLUMN_HELP.format("word lists", "tokens, else the first")})
+    label_column_name: str | None = field(default=None, metadata={
+        "help": COLUMN_HELP.format("tag lists", "<task>_tags, else the second")})
     max_seq_length: int = field(default=128, metadata={"help": "Sequence length T after tokenisation (the T of avgs.pt)."})
     pad_to_max_length: bool = field(
         default=False,
@@ -81,7 +117,10 @@ class DataArguments:
     )
     max_train_samples: int | None = field(default=None, metadata={"help": "Use only the first N training examples."})
     max_eval_samples: int | None = field(default=None, metadata={"help": "Use only the first N validation examples."})
+    max_predict_samples: int | None = field(default=None, metadata={"help": "Predict only the first N test examples."})
     overwrite_cache: bool = field(default=False, metadata={"help": "Re-run tokenisation instead of using the datasets cache."})
+    preprocessing_num_workers: int | None = field(default=None, metadata={"help": "Processes that tokenise the data."})
+    original_token_types: bool = field(default=False, metadata={"help": ORIGINAL_TYPES_HELP})
     label_all_tokens: bool = field(
         default=False, metadata={"help": "Token tasks: label every sub-token (B- becomes I-), not only each word's first."}
     )
@@ -90,8 +129,17 @@ class DataArguments:
     )
 
     def __post_init__(self):
-        for flag in ("max_seq_length", "max_train_samples", "max_eval_samples"):
+        for flag in ("max_seq_length", "max_train_samples", "max_eval_samples", "max_predict_samples",
+                     "preprocessing_num_workers"):
             check_positive(getattr(self, flag), f"--{flag}")
+
+
+@dataclass
+class PapaTrainingArguments(TrainingArguments):
+    """HF's TrainingArguments, plus the flag transformers 5 removed that HF's example scripts (and the original) used."""
+
+    overwrite_output_dir: bool = field(default=False, metadata={
+        "help": "Train from scratch in a non-empty --output_dir instead of stopping (or resuming its last checkpoint)."})
 
 
 @dataclass
@@ -100,30 +148,78 @@ class AveragingArguments:
 
     model_name_or_path: str | None = field(
         default=None, metadata={"help": "HF model name or folder. Default: the bundled all-MiniLM-L6-v2."})
-    task_name: str | None = field(default=None, metadata={"help": "Task (case-insensitive), e.g. cola, sst2, mrpc, ner, repeat."})
+    config_name: str | None = field(default=None, metadata={"help": "Config name or folder, if not the model's."})
+    tokenizer_name: str | None = field(default=None, metadata={"help": "Tokenizer name or folder, if not the model's."})
+    use_slow_tokenizer: bool = field(default=False, metadata={"help": "Sequence tasks: a slow (Python) tokenizer."})
+    model_type: str | None = field(default=None, metadata={
+        "help": "Without --model_name_or_path: average an untrained model of this type (needs --tokenizer_name)."})
+    task_name: str | None = field(default=None, metadata={"help": TASK_HELP})
     data_dir: str | None = field(default=None, metadata={"help": "Folder with the task's files (GLUE TSVs or CoNLL text)."})
-    train_file: str | None = field(default=None, metadata={"help": "Training file (GLUE .tsv/.csv/.json, CoNLL .txt/.conll)."})
+    dataset_name: str | None = field(default=None, metadata={"help": DATASET_HELP})
+    dataset_config_name: str | None = field(default=None, metadata={"help": "Configuration of --dataset_name."})
+    train_file: str | None = field(default=None, metadata={"help": TRAIN_FILE_HELP})
     validation_file: str | None = field(
         default=None, metadata={"help": "Accepted for compatibility; averaging reads the train split only."})
+    text_column_name: str | None = field(default=None, metadata={"help": COLUMN_HELP.format("word lists", "tokens, else the first")})
+    label_column_name: str | None = field(default=None, metadata={
+        "help": COLUMN_HELP.format("tag lists", "<task>_tags, else the second")})
     max_length: int = field(default=128, metadata={"help": "Sequence length T: inputs are padded/truncated to it."})
     per_device_train_batch_size: int = field(default=8, metadata={"help": "Batch size per process."})
     max_train_samples: int | None = field(default=None, metadata={"help": "Average over the first N training examples only."})
+    debug: bool = field(default=False, metadata={"help": "Use only the first 100 examples of each split (as the original)."})
     output_dir: str | None = field(
         default=None, metadata={"help": "Where avgs.pt, attention_sums.pt and attention_patterns_sums.pt go (required)."})
     cache_dir: str | None = field(default=None, metadata={"help": "Where to cache models and datasets from the hub."})
     seed: int = field(default=42, metadata={"help": "Random seed (the averages do not depend on it)."})
     use_papa_preprocess: bool = field(
         default=False, metadata={"help": "Use the PAPA layout (first segment from 0, the rest from T/2, separator at T-1)."})
+    original_token_types: bool = field(default=False, metadata={"help": ORIGINAL_TYPES_HELP})
     pad_to_max_length: bool = field(
         default=False, metadata={"help": "Accepted for compatibility: averaging always pads to --max_length."})
     label_all_tokens: bool = field(
         default=False, metadata={"help": "Accepted for compatibility with the token scripts (no effect on averages)."})
+    return_entity_level_metrics: bool = field(
+        default=False, metadata={"help": "Accepted for compatibility with the token scripts (no effect on averages)."})
+    preprocessing_num_workers: int | None = field(default=None, metadata={"help": "Processes that tokenise the data."})
 
     def __post_init__(self):
         if not self.output_dir:
             raise PapaError("--output_dir is required (the folder avgs.pt goes to)")
-        for flag in ("max_length", "per_device_train_batch_size", "max_train_samples"):
+        for flag in ("max_length", "per_device_train_batch_size", "max_train_samples", "preprocessing_num_workers"):
             check_positive(getattr(self, flag), f"--{flag}")
+
+
+NO_EFFECT = "Accepted for compatibility, no effect: the original parsed it for its training loop, which never ran."
+
+
+def _no_effect(default, help=NO_EFFECT):
+    return field(default=default, metadata={"help": help})
+
+
+@dataclass
+class UnusedAveragingArguments:
+    """The original averaging scripts were HF's no-trainer training scripts with the training loop replaced by the
+    averaging pass: they still parsed these flags. Accepted so their command lines run; none changes the averages."""
+
+    per_device_eval_batch_size: int = _no_effect(8)
+    learning_rate: float = _no_effect(5e-5)
+    weight_decay: float = _no_effect(0.0)
+    num_train_epochs: int = _no_effect(3)
+    max_train_steps: int | None = _no_effect(None)
+    gradient_accumulation_steps: int = _no_effect(1)
+    lr_scheduler_type: str = _no_effect("linear")
+    num_warmup_steps: int = _no_effect(0)
+    sort_output_dir: str | None = _no_effect(None, "Accepted for compatibility, no effect (the original never used it).")
+    hub_model_id: str | None = _no_effect(None, "Accepted for compatibility, no effect (only --push_to_hub used it).")
+    hub_token: str | None = _no_effect(None, "Accepted for compatibility, no effect (only --push_to_hub used it).")
+    push_to_hub: bool = field(default=False, metadata={
+        "help": "Not supported: the original cloned the hub repository but pushed nothing; upload --output_dir "
+                "yourself (hf upload)."})
+
+    def __post_init__(self):
+        if self.push_to_hub:
+            raise PapaError("--push_to_hub is not supported by the averaging scripts (the original cloned the hub "
+                            "repository but never pushed to it); drop it and upload --output_dir with `hf upload`")
 
 
 @dataclass
@@ -132,9 +228,10 @@ class SweepArguments:
 
     model_name_or_path: str | None = field(default=None, metadata={
         "help": "Encoder of any supported family (hub name or folder). Default: the bundled all-MiniLM-L6-v2 (6 x 12 heads)."})
-    task_name: str = field(default="repeat", metadata={
+    task_name: str | None = field(default=None, metadata={
         "help": "GLUE task (cola sst2 mrpc qqp stsb mnli qnli rte wnli), token task (ner pos chunk), "
-                "or the built-in synthetic 'repeat' (default; needs no data)."})
+                "or the built-in synthetic 'repeat' (default; needs no data). Omit it with --train_file/"
+                "--validation_file (CSV/JSON with a 'label' column) for your own sequence task."})
     data_dir: str | None = field(default=None, metadata={
         "help": "Folder with the task's files (GLUE train.tsv/dev.tsv, CoNLL train.txt/valid.txt)."})
     train_file: str | None = field(default=None, metadata={"help": "Training file, passed to every stage."})
@@ -164,6 +261,8 @@ class SweepArguments:
         "help": "Also show each stage's full output (it always goes to <stage>/log.txt)."})
 
     def __post_init__(self):
+        if self.task_name is None and self.train_file is None and self.validation_file is None:
+            self.task_name = "repeat"  # nothing to read: the built-in task
         for flag in ("num_train_epochs", "sort_num_train_epochs", "learning_rate", "per_device_train_batch_size",
                      "max_seq_length", "max_train_samples", "max_eval_samples"):
             check_positive(getattr(self, flag), f"--{flag}")
@@ -171,14 +270,38 @@ class SweepArguments:
             raise PapaError("--static_heads_nums needs at least one value")
 
 
+def json_to_argv(path):
+    """The command line a JSON file of arguments stands for: {"do_train": true, "ks": [0, 72]} -> --do_train true --ks 0 72."""
+    try:
+        with open(path) as f:
+            values = json.load(f)
+    except (OSError, ValueError) as err:
+        raise PapaError(f"cannot read the arguments file {path}: {err}") from None
+    if not isinstance(values, dict):
+        raise PapaError(f"{path}: an arguments file holds one JSON object, {{\"flag\": value, ...}}")
+    argv = []
+    for name, value in values.items():
+        if value is None:
+            continue
+        items = value if isinstance(value, list) else [value]
+        argv += [f"--{name}"] + [json.dumps(v) if isinstance(v, dict) else str(v).lower() if isinstance(v, bool)
+                                 else str(v) for v in items]
+    return argv
+
+
 def parse_dataclasses(types, argv, remaining=False, **parser_kwargs):
     """`HfArgumentParser(types).parse_args_into_dataclasses(argv)`, bad flags and values as a PapaError.
 
-    With `remaining`, flags no dataclass knows are returned (last) instead of being an error.
+    A single argument ending in `.json` is read as a file of arguments. With `remaining`, flags no
+    dataclass knows are returned (last) instead of being an error.
     """
+    argv = list(argv)
+    if len(argv) == 1 and argv[0].endswith(".json"):
+        argv = json_to_argv(argv[0])
     parser = HfArgumentParser(types, exit_on_error=False, **parser_kwargs)
     try:
-        return tuple(parser.parse_args_into_dataclasses(args=list(argv), return_remaining_strings=remaining))
+        return tuple(parser.parse_args_into_dataclasses(args=modernize_argv(argv), return_remaining_strings=remaining,
+                                                        look_for_args_file=False))
     except argparse.ArgumentError as err:  # a bad value, or a flag without its value
         raise PapaError(str(err)) from None
     except ValueError as err:  # unknown flags, and TrainingArguments' own consistency checks
@@ -186,13 +309,13 @@ def parse_dataclasses(types, argv, remaining=False, **parser_kwargs):
 
 
 def parse_training_args(argv):
-    """(ModelArguments, DataArguments, TrainingArguments) from the command line (old flag names accepted)."""
-    return parse_dataclasses((ModelArguments, DataArguments, TrainingArguments), modernize_argv(argv))
+    """(ModelArguments, DataArguments, PapaTrainingArguments) from the command line (old flag names accepted)."""
+    return parse_dataclasses((ModelArguments, DataArguments, PapaTrainingArguments), argv)
 
 
 def parse_averaging_args(argv):
-    """AveragingArguments from the command line."""
-    return parse_dataclasses(AveragingArguments, argv)[0]
+    """AveragingArguments from the command line (the original's training-loop flags accepted, without effect)."""
+    return parse_dataclasses((AveragingArguments, UnusedAveragingArguments), argv)[0]
 
 
 def parse_sweep_args(argv, **parser_kwargs):

@@ -1,20 +1,26 @@
-"""Token-task data (NER, POS, chunk), offline first: CoNLL-2003 text files, the hub only as a fallback.
+"""Token-task data (NER, POS, chunk, or your own tags), offline first: CoNLL-2003 text files, JSON lines of
+word and tag lists, the hub (`--dataset_name`, else eriktks/conll2003) only as a fallback.
 
-A file has one `TOKEN POS CHUNK NER` line per token and a blank line between sentences; the task's
-`conll_column` (papa.tasks) picks the tag. Sentences become "tokens" and "tags" (ids into the
-sorted list of training tags). Bad files raise `PapaError` naming the file and line.
+A CoNLL file has one `TOKEN POS CHUNK NER` line per token and a blank line between sentences; the
+task's `conll_column` (papa.tasks) picks the tag. A JSON file (or hub dataset) has a column of word
+lists and one of tag lists, found as HF's run_ner finds them (--text_column_name, else `tokens`, else
+the first column; --label_column_name, else `<task>_tags`, else the second). Sentences become
+"tokens" and "tags": ids into the task's labels, which are the canonical CoNLL-2003 tag lists for
+ner/pos/chunk (so a tag that a training slice lacks still has an id) and the sorted training tags for a
+custom task (papa.custom). Bad files raise `PapaError` naming the file and line.
 """
 
 from pathlib import Path
 
 import datasets
 
-from .data import hub_is_offline, load_from_hub
+from .data import hub_dataset, hub_split, read_table
 from .errors import PapaError
 from .tasks import get_task
 
 TOKEN_FLAGS_HINT = ("pass --data_dir (a folder with CoNLL-2003 train.txt and valid.txt) "
                     "or --train_file/--validation_file")
+SPLIT_STEMS = {"train": ("train",), "validation": ("valid", "validation", "dev"), "test": ("test",)}
 
 
 def read_conll(path, column) -> tuple[list[list[str]], list[list[str]]]:
@@ -49,77 +55,96 @@ def read_conll(path, column) -> tuple[list[list[str]], list[list[str]]]:
     return sentences, tags
 
 
-def _conll_dir_file(data_dir, split) -> Path | None:
+def _conll_dir_file(data_dir, split) -> Path:
+    """The CoNLL file of `split` in --data_dir (`train`, `valid`/`validation`/`dev`, `test`; .txt or .conll)."""
     data_dir = Path(data_dir)
     if not data_dir.is_dir():
         raise PapaError(f"--data_dir {data_dir} is not a folder")
-    stems = ["train"] if split == "train" else ["valid", "validation", "dev"]
-    candidates = [data_dir / f"{stem}{ext}" for stem in stems for ext in (".txt", ".conll")]
-    return next((p for p in candidates if p.is_file()), None)
-
-
-def _token_split_file(split, data_dir, train_file, validation_file, required) -> Path | None:
-    """The CoNLL file of `split` (None when there is none and it is not required)."""
-    file, flag = {"train": (train_file, "--train_file"), "validation": (validation_file, "--validation_file")}[split]
-    if file is not None:
-        path = Path(file)
-        if not path.is_file():
-            raise PapaError(f"{flag} {path} does not exist")
-        if path.suffix.lower() not in (".txt", ".conll"):
-            raise PapaError(f"{flag} {path}: unsupported file type {path.suffix!r}; use CoNLL text "
-                            f"(.txt or .conll)")
-        return path
-    if data_dir is None:
-        return None
-    path = _conll_dir_file(data_dir, split)
-    if path is None and required:
-        names = "train.txt/train.conll" if split == "train" else "{valid,validation,dev}.{txt,conll}"
-        raise PapaError(f"--data_dir {data_dir} has no {names} for the {split} split "
-                        f"(or pass {flag})")
+    candidates = [data_dir / f"{stem}{ext}" for stem in SPLIT_STEMS[split] for ext in (".txt", ".conll")]
+    path = next((p for p in candidates if p.is_file()), None)
+    if path is None:
+        names = "{" + ",".join(SPLIT_STEMS[split]) + "}" if len(SPLIT_STEMS[split]) > 1 else split
+        raise PapaError(f"--data_dir {data_dir} has no {names}.{{txt,conll}} for the {split} split "
+                        f"(or pass --{'train' if split == 'train' else split}_file)")
     return path
 
 
-def _load_conll_from_hub(task, cache_dir) -> dict[str, tuple[list, list]]:
-    """{split: (tokens, tag strings)} of the hub copy, whose ClassLabel ids follow its own order."""
-    hub = load_from_hub(task, task.hub[0], TOKEN_FLAGS_HINT, cache_dir)
-    column = f"{task.name}_tags"
-    names = hub["train"].features[column].feature.names
-    return {s: (list(hub[s]["tokens"]), [[names[i] for i in row] for row in hub[s][column]]) for s in hub}
+def token_column_names(table, task_name, where, text_column=None, label_column=None) -> tuple[str, str]:
+    """(words column, tags column) of a table, as run_ner finds them: the flags, else `tokens` / `<task>_tags`,
+    else the first / second column."""
+    names = table.column_names
+    text = text_column or ("tokens" if "tokens" in names else names[0])
+    label = label_column or (f"{task_name}_tags" if f"{task_name}_tags" in names else names[min(1, len(names) - 1)])
+    missing = [c for c in (text, label) if c not in names]
+    if missing or text == label:
+        raise PapaError(f"{where}: no column(s) {', '.join(missing or [label])} of words and tags (found: "
+                        f"{', '.join(names)}); name them with --text_column_name and --label_column_name")
+    return text, label
+
+
+def token_columns(table, task, where, text_column=None, label_column=None) -> tuple[list, list]:
+    """(words, tag names) per sentence from a table of word and tag lists (columns: `token_column_names`)."""
+    text, label = token_column_names(table, task.name, where, text_column, label_column)
+    inner = getattr(table.features[label], "feature", None)
+    tags = table[label]
+    if isinstance(inner, datasets.ClassLabel):  # hub ids: by name, so any source order maps to the task's
+        tags = [[inner.int2str(t) for t in row] for row in tags]
+    elif not task.custom:  # ids in a file: the canonical CoNLL-2003 ones, as the hub's export writes them
+        tags = [[task.labels[t] if isinstance(t, int) and 0 <= t < len(task.labels) else t for t in row]
+                for row in tags]
+    return list(table[text]), [[str(t) for t in row] for row in tags]
+
+
+def _read_token_file(path, flag, task, cache_dir, columns) -> tuple[list, list]:
+    path = Path(path)
+    if not path.is_file():
+        raise PapaError(f"{flag} {path} does not exist")
+    suffix = path.suffix.lower()
+    if suffix in (".txt", ".conll"):
+        if task.conll_column is None:
+            raise PapaError(f"{flag} {path}: CoNLL text is read for ner, pos and chunk; for your own tag set use "
+                            'JSON lines, one {"tokens": [...], "tags": [...]} per sentence')
+        return read_conll(path, task.conll_column)
+    if suffix in (".json", ".jsonl"):
+        return token_columns(read_table(path, flag, cache_dir), task, str(path), *columns)
+    raise PapaError(f"{flag} {path}: unsupported file type {suffix!r}; use CoNLL text (.txt or .conll) or JSON "
+                    f"lines of word and tag lists (.json or .jsonl)")
 
 
 def load_token_task(task, data_dir=None, train_file=None, validation_file=None, cache_dir=None,
-                    splits=("train", "validation")) -> tuple[datasets.DatasetDict, list[str]]:
-    """The requested splits of a CoNLL-2003 task (a TaskSpec or a name): "tokens", "tags" as ids, and the
-    sorted label list.
+                    splits=("train", "validation"), test_file=None, dataset_name=None, dataset_config_name=None,
+                    text_column_name=None, label_column_name=None) -> tuple[datasets.DatasetDict, list[str]]:
+    """The requested splits of a token task (a TaskSpec or a name): "tokens", "tags" as ids into the task's
+    labels, and that label list.
 
-    The label list is the sorted set of training tags (sorted so ids are the same on every run); the
-    training file is read for it even when "train" is not requested, if it is available.
+    Sources, per split: --train_file/--validation_file/--test_file; the files in --data_dir; the hub
+    (--dataset_name, else the task's own), only when online. A tag outside the labels is an error
+    naming the tag and the file.
     """
     task = get_task(task, "token")
     splits = list(dict.fromkeys(splits))
     for split in splits:
-        if split not in ("train", "validation"):
-            raise PapaError(f"unknown split {split!r} for {task.name}; valid: train, validation")
-    column = task.conll_column
+        if split not in SPLIT_STEMS:
+            raise PapaError(f"unknown split {split!r} for {task.name}; valid: {', '.join(SPLIT_STEMS)}")
+    columns = (text_column_name, label_column_name)
+    flag_files = {"train": train_file, "validation": validation_file, "test": test_file}
+    read, sources, from_hub = {}, {}, []
+    for split in splits:
+        if flag_files[split] is not None:
+            path, flag = flag_files[split], f"--{split}_file"
+        elif data_dir is not None:
+            path, flag = _conll_dir_file(data_dir, split), "--data_dir"
+        else:
+            from_hub.append(split)
+            continue
+        read[split], sources[split] = _read_token_file(path, flag, task, cache_dir, columns), str(path)
+    if from_hub:
+        hub = hub_dataset(task, dataset_name, dataset_config_name, cache_dir, from_hub, TOKEN_FLAGS_HINT)
+        for split in from_hub:
+            sources[split] = f"{dataset_name or task.hub[0]} {split}"
+            read[split] = token_columns(hub_split(hub, split, sources[split]), task, sources[split], *columns)
 
-    local = {s: _token_split_file(s, data_dir, train_file, validation_file, required=True) for s in splits}
-    read = {s: read_conll(p, column) for s, p in local.items() if p is not None}
-    sources = {s: str(p) for s, p in local.items() if p is not None}
-    if "train" not in read:  # the label list comes from the training data when there is any
-        train_path = _token_split_file("train", data_dir, train_file, None, required=False)
-        if train_path is not None:
-            read["train"], sources["train"] = read_conll(train_path, column), str(train_path)
-    missing = [s for s, p in local.items() if p is None]
-    if missing:
-        if hub_is_offline():
-            raise PapaError(f"no local data for the {'/'.join(missing)} split(s) of {task.name} and the hub is "
-                            f"offline (HF_HUB_OFFLINE/HF_DATASETS_OFFLINE); {TOKEN_FLAGS_HINT}")
-        hub = _load_conll_from_hub(task, cache_dir)
-        for split in missing + ([] if "train" in read else ["train"]):
-            read[split], sources[split] = hub[split], f"{task.hub[0]} {split}"
-
-    label_source = ["train"] if "train" in read else splits
-    label_list = sorted({t for s in label_source for sentence_tags in read[s][1] for t in sentence_tags})
+    label_list = list(task.labels)
     label_to_id = {label: i for i, label in enumerate(label_list)}
     features = datasets.Features({"tokens": datasets.List(datasets.Value("string")),
                                   "tags": datasets.List(datasets.ClassLabel(names=label_list))})
@@ -127,9 +152,13 @@ def load_token_task(task, data_dir=None, train_file=None, validation_file=None, 
     for split in splits:
         tokens, tags = read[split]
         unknown = sorted({t for sentence_tags in tags for t in sentence_tags} - set(label_to_id))
-        if unknown:
+        if unknown and task.custom:
             raise PapaError(f"{sources[split]}: tag(s) {', '.join(unknown)} do not occur in the training "
-                            f"data {sources.get('train', '')}; the model has no label for them")
+                            f"data; the model has no label for them")
+        if unknown:
+            raise PapaError(f"{sources[split]}: {', '.join(unknown)} {'is not a' if len(unknown) == 1 else 'are not'} "
+                            f"CoNLL-2003 {task.name} tag(s) (valid: {' '.join(label_list)}); for another tag set, "
+                            f"name your own task (--task_name my_tags) and pass JSON files")
         ids = [[label_to_id[t] for t in sentence_tags] for sentence_tags in tags]
         result[split] = datasets.Dataset.from_dict({"tokens": tokens, "tags": ids}, features=features)
     return datasets.DatasetDict(result), label_list

@@ -2,7 +2,8 @@
 
 Scripts raise `PapaError` with a message that names the problem and, where obvious, the fix.
 `run_cli` (every command's entry) prints it on one line and exits 2 without a traceback; set `PAPA_DEBUG=1` (or pass
-`--debug`) to see the traceback instead.
+`--traceback`) to see the traceback instead. (`--debug` is not it: in the averaging scripts it means "the first 100
+examples", as in the original, and in the training scripts it is HF's TrainingArguments flag.)
 """
 
 import os
@@ -20,17 +21,20 @@ def check_positive(value, flag):
     return value
 
 
+TRACEBACK_FLAG = "--traceback"
+
+
 def debug_enabled(argv=None) -> bool:
     argv = sys.argv if argv is None else argv
-    return os.environ.get("PAPA_DEBUG", "") not in ("", "0", "false", "False") or "--debug" in argv
+    return os.environ.get("PAPA_DEBUG", "") not in ("", "0", "false", "False") or TRACEBACK_FLAG in argv
 
 
 def run_cli(main, argv=None):
     """Run `main(argv)` (argv: the command line after the program name, default sys.argv[1:]); turn
     `PapaError` (and Ctrl-C) into one line on stderr and a non-zero exit."""
     argv = list(sys.argv[1:] if argv is None else argv)
-    if "--debug" in argv:
-        argv.remove("--debug")
+    if TRACEBACK_FLAG in argv:  # for this process and the sweep's stages
+        argv.remove(TRACEBACK_FLAG)
         os.environ["PAPA_DEBUG"] = "1"
     try:
         return main(argv)

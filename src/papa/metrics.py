@@ -1,9 +1,9 @@
 """GLUE and CoNLL metrics computed locally (no `evaluate`, no hub), with HF's key names and values.
 
 compute_glue_metrics matches HF's glue metric plus run_glue's "combined_score" (which metrics a
-task reports is its TaskSpec's `metrics`, keys of SEQUENCE_METRICS); compute_token_metrics matches
-HF's seqeval metric as run_ner reports it; `trainer_metrics` makes the Trainer's compute_metrics for
-a task. Values are plain Python numbers so they go straight into JSON.
+task reports is its TaskSpec's `metrics`, keys of SEQUENCE_METRICS; a custom task has no combined score),
+compute_token_metrics matches HF's seqeval metric as run_ner reports it; `trainer_metrics` makes the
+Trainer's compute_metrics for a task. Values are plain Python numbers so they go straight into JSON.
 """
 
 import warnings
@@ -25,6 +25,7 @@ SEQUENCE_METRICS = {
     "matthews_correlation": lambda p, r: float(matthews_corrcoef(r, p)),
     "pearson": lambda p, r: float(pearsonr(p, r)[0]),
     "spearmanr": lambda p, r: float(spearmanr(p, r)[0]),
+    "mse": lambda p, r: float(((p - r) ** 2).mean()),  # custom regression tasks, as run_glue reports them
 }
 
 
@@ -38,7 +39,7 @@ def compute_glue_metrics(task, predictions, references) -> dict[str, float]:
     if len(references) == 0:
         raise PapaError(f"{task.name} metrics need at least one example")
     result = {name: SEQUENCE_METRICS[name](predictions, references) for name in task.metrics}
-    if len(result) > 1:  # as HF run_glue adds when a metric returns several values
+    if len(result) > 1 and not task.custom:  # as HF run_glue adds for a GLUE metric with several values
         result["combined_score"] = float(np.mean(list(result.values())))
     return result
 

@@ -12,7 +12,7 @@ IGNORE_INDEX = -100  # label of positions the loss and the metrics skip (HF conv
 
 
 def papa_sequence_layout(input_ids: list[int], token_type_ids: list[int] | None, sep_token_id: int,
-                         pad_token_id: int, max_length: int) -> dict:
+                         pad_token_id: int, max_length: int, original_token_types: bool = False) -> dict:
     """Re-lay one tokenised example onto T = max_length positions, as the original PAPA code does.
 
     With f the first and e the last separator: tokens 0..min(f, T//2)-1 keep their positions; tokens
@@ -23,6 +23,7 @@ def papa_sequence_layout(input_ids: list[int], token_type_ids: list[int] | None,
 
     Unlike the original code, token_type_ids move with their tokens (it left them in place, so the
     second sentence of a BERT pair was read with token type 0); input_ids and mask are identical.
+    `original_token_types` leaves them in place, as the original did (the row must be padded to T).
     """
     T = max_length
     if T < 1:
@@ -32,6 +33,9 @@ def papa_sequence_layout(input_ids: list[int], token_type_ids: list[int] | None,
                         f"tokenizer to add special tokens")
     if token_type_ids is not None and len(token_type_ids) != len(input_ids):
         raise PapaError(f"token_type_ids has {len(token_type_ids)} entries but input_ids has {len(input_ids)}")
+    if original_token_types and token_type_ids is not None and len(token_type_ids) != T:
+        raise PapaError(f"original token types stay in place, so the row must be padded to max_length={T}; "
+                        f"it has {len(token_type_ids)} positions")
     first_sep = input_ids.index(sep_token_id)
     last_sep = len(input_ids) - 1 - input_ids[::-1].index(sep_token_id)
 
@@ -49,12 +53,12 @@ def papa_sequence_layout(input_ids: list[int], token_type_ids: list[int] | None,
             types[target] = token_type_ids[source]
     out = {"input_ids": new_ids, "attention_mask": mask}
     if token_type_ids is not None:
-        out["token_type_ids"] = types
+        out["token_type_ids"] = list(token_type_ids) if original_token_types else types
     return out
 
 
 def tokenize_sequence_examples(tokenizer, examples: dict, sentence1_key, sentence2_key, max_length,
-                               papa_layout: bool, pad_to_max_length: bool) -> dict:
+                               papa_layout: bool, pad_to_max_length: bool, original_token_types: bool = False) -> dict:
     """Tokenise a batch of sentence (pair) examples, for `datasets.map(batched=True)`.
 
     The PAPA layout needs every row padded to max_length first. "label" is copied to "labels", the
@@ -67,7 +71,7 @@ def tokenize_sequence_examples(tokenizer, examples: dict, sentence1_key, sentenc
     if papa_layout:
         types = result.get("token_type_ids")
         rows = [papa_sequence_layout(ids, None if types is None else types[i], tokenizer.sep_token_id,
-                                     tokenizer.pad_token_id, max_length)
+                                     tokenizer.pad_token_id, max_length, original_token_types)
                 for i, ids in enumerate(result["input_ids"])]
         for key in rows[0] if rows else ():
             result[key] = [row[key] for row in rows]
@@ -146,8 +150,12 @@ def tokenize_token_examples(tokenizer, examples: dict, max_length, papa_layout: 
 
 
 def tokenize_dataset(task, dataset_dict, tokenizer, label_list, max_length, papa_layout, pad_to_max_length,
-                     label_all_tokens=False):
-    """`dataset_dict` (a DatasetDict of `task`) tokenised, labels in "labels", the original columns dropped."""
+                     label_all_tokens=False, original_token_types=False, num_proc=None):
+    """`dataset_dict` (a DatasetDict of `task`) tokenised, labels in "labels", the original columns dropped.
+
+    `num_proc`: processes for `datasets.map` (--preprocessing_num_workers).
+    """
+    import datasets  # lazy: the layout functions above need no datasets
     if task.kind == "token":
         def tokenize(batch):
             return tokenize_token_examples(tokenizer, batch, max_length, papa_layout, pad_to_max_length,
@@ -157,6 +165,7 @@ def tokenize_dataset(task, dataset_dict, tokenizer, label_list, max_length, papa
 
         def tokenize(batch):
             return tokenize_sequence_examples(tokenizer, batch, first, second, max_length, papa_layout,
-                                              pad_to_max_length)
-    columns = next(iter(dataset_dict.values())).column_names
-    return dataset_dict.map(tokenize, batched=True, remove_columns=columns, desc="Tokenising")
+                                              pad_to_max_length, original_token_types)
+    return datasets.DatasetDict({split: dataset.map(tokenize, batched=True, remove_columns=dataset.column_names,
+                                                    num_proc=num_proc, desc="Tokenising")
+                                 for split, dataset in dataset_dict.items()})

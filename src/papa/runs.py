@@ -5,73 +5,56 @@ encoder in eval mode without gradients, average every head's attention → avgs.
 
 `run_probing` (run_papa_*.py): load the model, replace the first k ranked heads by their constant
 matrices (or mix every head, for the ranking run), freeze what the training mode freezes, train
-and evaluate with HF's Trainer, and write the original's files.
+(resuming a checkpoint, as HF's scripts do), evaluate and predict with HF's Trainer, and write the
+original's files (papa.outputs).
 
-Both take the task as a `papa.tasks.TaskSpec` (the command resolved `--task_name`), select
-`--max_train_samples` / `--max_eval_samples` examples before tokenising, and validate their inputs
-before any heavy work: bad input raises `PapaError`.
+Both take the task as a `papa.tasks.TaskSpec` (the command resolved it: papa.custom.resolve_task),
+select `--max_*_samples` examples before tokenising, and validate their inputs before any heavy
+work: bad input raises `PapaError`.
 """
 
-import json
 import logging
 import os
 
 import transformers
 from datasets import DatasetDict
-from transformers import AutoConfig, AutoModel, AutoTokenizer, Trainer, default_data_collator, set_seed
+from transformers import AutoModel, Trainer, default_data_collator, set_seed
 
 from .attention import lambdas_array, load_constant_matrices
 from .averaging import accumulate_attention, distributed_context, shard
 from .conll import load_token_task
 from .console import progress_bar, quiet_trainer, stage
 from .data import load_sequence_task
-from .encoders import family_for
 from .errors import PapaError
-from .io import atomic_path, save_json
+from .io import atomic_path
 from .metrics import trainer_metrics
-from .modeling import build_model, default_model_path, save_papa_model, set_trainable, training_mode
+from .modeling import build_model, save_papa_model, set_trainable, training_mode
+from .outputs import checkpoint_to_resume, save_results, write_sequence_predictions, write_token_predictions
 from .preprocessing import tokenize_dataset
+from .pretrained import load_config_and_tokenizer
 from .ranking import check_static_heads_num, first_k_heads, load_sorted_heads, save_ranking
 
 logger = logging.getLogger("papa")
+DEBUG_EXAMPLES = 100  # the original averaging scripts' --debug: the first 100 examples of each split
 
 
 # ----------------------------------------------------------------------------- shared by both runs
 
 
-def load_task_data(task, data_dir, train_file, validation_file, cache_dir, splits):
-    """(DatasetDict of the requested splits, label list: id -> name, None for regression)."""
+def load_task_data(task, args, cache_dir, splits):
+    """(DatasetDict of the requested splits, label list: id -> name, None for regression).
+
+    `args`: DataArguments or AveragingArguments (data_dir, the files, --dataset_name, the column names).
+    """
+    sources = dict(data_dir=args.data_dir, train_file=args.train_file,
+                   validation_file=getattr(args, "validation_file", None), cache_dir=cache_dir, splits=splits,
+                   test_file=getattr(args, "test_file", None), dataset_name=args.dataset_name,
+                   dataset_config_name=args.dataset_config_name)
     if task.kind == "token":
-        return load_token_task(task, data_dir, train_file, validation_file, cache_dir, splits)
-    datasets = load_sequence_task(task, data_dir, train_file, validation_file, cache_dir, splits)
+        return load_token_task(task, **sources, text_column_name=args.text_column_name,
+                               label_column_name=args.label_column_name)
+    datasets = load_sequence_task(task, **sources)
     return datasets, None if task.labels is None else list(task.labels)
-
-
-def load_config_and_tokenizer(model_name_or_path, cache_dir, task, label_list, max_length):
-    """Config with the task's labels, and a tokenizer; checks the model type and T against the position embeddings."""
-    path = model_name_or_path or default_model_path()
-    num_labels = 1 if label_list is None else len(label_list)
-    try:
-        config = AutoConfig.from_pretrained(path, cache_dir=cache_dir, num_labels=num_labels)
-    except OSError as err:
-        raise PapaError(f"cannot load model {path!r}: {str(err).splitlines()[0]}") from None
-    try:
-        family = family_for(config)
-    except PapaError as err:
-        raise PapaError(f"{path}: {err}") from None
-    if label_list is not None:
-        config.id2label = dict(enumerate(label_list))
-        config.label2id = {label: i for i, label in enumerate(label_list)}
-    # RoBERTa-style models reserve their first position ids for padding
-    limit = config.max_position_embeddings - (config.pad_token_id + 1 if family.position_offset else 0)
-    if max_length > limit:
-        raise PapaError(f"sequence length {max_length} exceeds the model's {limit} position embeddings; lower it")
-    tokenizer = AutoTokenizer.from_pretrained(path, cache_dir=cache_dir)
-    if task.kind == "token" and getattr(tokenizer, "add_prefix_space", None) is False:
-        # byte-level BPE (RoBERTa, DeBERTa v1) marks word starts by a preceding space: pre-split words
-        # need one, as the original set for its token tasks
-        tokenizer = AutoTokenizer.from_pretrained(path, cache_dir=cache_dir, add_prefix_space=True)
-    return path, config, tokenizer
 
 
 def first_examples(dataset, max_samples):
@@ -87,19 +70,27 @@ def run_averaging(task, args):
     from torch.utils.data import DataLoader, Subset
 
     set_seed(args.seed)
-    datasets, label_list = load_task_data(task, args.data_dir, args.train_file, None, args.cache_dir, ("train",))
-    path, config, tokenizer = load_config_and_tokenizer(args.model_name_or_path, args.cache_dir, task, label_list,
-                                                        args.max_length)
-    stage(f"averaging attention of {path} on {task.name} (T={args.max_length})")
+    datasets, label_list = load_task_data(task, args, args.cache_dir, ("train",))
+    path, config, tokenizer = load_config_and_tokenizer(
+        args.model_name_or_path, args.cache_dir, task, label_list, args.max_length, config_name=args.config_name,
+        tokenizer_name=args.tokenizer_name, use_fast=not args.use_slow_tokenizer, model_type=args.model_type)
+    stage(f"averaging attention of {path or 'an untrained ' + args.model_type} on {task.name} (T={args.max_length})")
 
-    train = DatasetDict(train=first_examples(datasets["train"], args.max_train_samples))
+    train = datasets["train"]
+    if args.debug:
+        train = first_examples(train, DEBUG_EXAMPLES)
+    train = DatasetDict(train=first_examples(train, args.max_train_samples))
     tokenized = tokenize_dataset(task, train, tokenizer, label_list, args.max_length, args.use_papa_preprocess,
-                                 pad_to_max_length=True)["train"]
+                                 pad_to_max_length=True, original_token_types=args.original_token_types,
+                                 num_proc=args.preprocessing_num_workers)["train"]
     columns = [c for c in ("input_ids", "attention_mask", "token_type_ids") if c in tokenized.column_names]
     tokenized = tokenized.with_format("torch", columns=columns)
 
     rank, world_size, device = distributed_context()
-    model = AutoModel.from_pretrained(path, config=config, cache_dir=args.cache_dir, attn_implementation="eager")
+    if path is None:  # --model_type without a model: untrained weights, as the original's from_config
+        model = AutoModel.from_config(config, attn_implementation="eager")
+    else:
+        model = AutoModel.from_pretrained(path, config=config, cache_dir=args.cache_dir, attn_implementation="eager")
     model.to(device)
     # each process reads a disjoint shard: no example is counted twice, whatever the sizes
     loader = DataLoader(Subset(tokenized, shard(len(tokenized), rank, world_size)),
@@ -121,9 +112,10 @@ def run_averaging(task, args):
 
 
 def requested_splits(training_args):
-    splits = tuple(s for s, on in (("train", training_args.do_train), ("validation", training_args.do_eval)) if on)
+    splits = tuple(s for s, on in (("train", training_args.do_train), ("validation", training_args.do_eval),
+                                   ("test", training_args.do_predict)) if on)
     if not splits:
-        raise PapaError("nothing to do: pass --do_train and/or --do_eval")
+        raise PapaError("nothing to do: pass --do_train, --do_eval and/or --do_predict")
     return splits
 
 
@@ -165,16 +157,20 @@ def check_heads_setup(constants, mix, mode, max_seq_length, do_train):
 
 
 def probing_datasets(task, datasets, tokenizer, label_list, data_args, pad, training_args):
-    """(train dataset or None, {metric key prefix: eval dataset}), the sample limits applied before tokenising."""
+    """{"train": dataset or None, "eval": {metric prefix: dataset}, "test": {predictions suffix: dataset}},
+    the sample limits applied before tokenising."""
     limits = {"train": data_args.max_train_samples}
     limits.update({split: data_args.max_eval_samples for split, _, _ in task.eval_splits})
-    selected = DatasetDict({split: first_examples(d, limits[split]) for split, d in datasets.items()})
+    limits.update({split: data_args.max_predict_samples for split, _, _ in task.test_splits})
+    selected = DatasetDict({split: first_examples(d, limits.get(split)) for split, d in datasets.items()})
     tokenized = tokenize_dataset(task, selected, tokenizer, label_list, data_args.max_seq_length,
-                                 data_args.use_papa_preprocess, pad, data_args.label_all_tokens)
-    train = tokenized["train"] if training_args.do_train else None
-    evals = {prefix: tokenized[split] for split, _, prefix in task.eval_splits
-             if training_args.do_eval and split in tokenized}
-    return train, evals
+                                 data_args.use_papa_preprocess, pad, data_args.label_all_tokens,
+                                 data_args.original_token_types, data_args.preprocessing_num_workers)
+    return {"train": tokenized["train"] if training_args.do_train else None,
+            "eval": {prefix: tokenized[split] for split, _, prefix in task.eval_splits
+                     if training_args.do_eval and split in tokenized},
+            "test": {suffix: tokenized[split] for split, _, suffix in task.test_splits
+                     if training_args.do_predict and split in tokenized}}
 
 
 def make_trainer(task, model, tokenizer, label_list, pad, train_dataset, eval_sets, data_args, training_args):
@@ -192,22 +188,13 @@ def make_trainer(task, model, tokenizer, label_list, pad, train_dataset, eval_se
     return quiet_trainer(trainer)
 
 
-def save_results(split, results, output_dir):
-    """HF's `<split>_results.json` and merged `all_results.json`, written atomically."""
-    save_json(results, os.path.join(output_dir, f"{split}_results.json"), indent=4, sort_keys=True)
-    combined_path = os.path.join(output_dir, "all_results.json")
-    combined = {}
-    if os.path.exists(combined_path):
-        with open(combined_path) as f:
-            combined = json.load(f)
-    save_json({**combined, **results}, combined_path, indent=4, sort_keys=True)
-
-
-def train_and_save(trainer, tokenizer, mix, training_args):
-    """Train; write the model (or its config only, with --save_total_limit 0), the ranking, the train results."""
+def train_and_save(trainer, tokenizer, mix, training_args, checkpoint=None):
+    """Train (from `checkpoint` when resuming); write the model (or its config only, with --save_total_limit 0),
+    the ranking, the train results."""
     model, output_dir = trainer.model, training_args.output_dir
-    stage(f"training on {len(trainer.train_dataset)} examples for {training_args.num_train_epochs:g} epochs")
-    result = trainer.train()
+    stage(f"training on {len(trainer.train_dataset)} examples for {training_args.num_train_epochs:g} epochs"
+          + (f", resuming {checkpoint}" if checkpoint else ""))
+    result = trainer.train(resume_from_checkpoint=checkpoint)
     train_metrics = dict(result.metrics, train_samples=len(trainer.train_dataset))
     if trainer.is_world_process_zero():
         if training_args.save_total_limit != 0:
@@ -243,21 +230,23 @@ def evaluate_and_save(trainer, eval_sets, output_dir):
 
 
 def run_probing(task, model_args, data_args, training_args):
-    """Train and evaluate one PAPA configuration with the Trainer; writes the original's files."""
+    """Train, evaluate and predict one PAPA configuration with the Trainer; writes the original's files."""
     mode = training_mode(model_args.sort_calculating, model_args.grad_for_classifier_only,
                          model_args.grad_for_classifier_and_static_only)
     splits = requested_splits(training_args)
-    datasets, label_list = load_task_data(task, data_args.data_dir, data_args.train_file, data_args.validation_file,
-                                          model_args.cache_dir, splits)
-    path, config, tokenizer = load_config_and_tokenizer(model_args.model_name_or_path, model_args.cache_dir, task,
-                                                        label_list, data_args.max_seq_length)
+    checkpoint = checkpoint_to_resume(training_args)
+    datasets, label_list = load_task_data(task, data_args, model_args.cache_dir, splits)
+    path, config, tokenizer = load_config_and_tokenizer(
+        model_args.model_name_or_path, model_args.cache_dir, task, label_list, data_args.max_seq_length,
+        config_name=model_args.config_name, tokenizer_name=model_args.tokenizer_name,
+        revision=model_args.model_revision, token=model_args.token, use_fast=model_args.use_fast_tokenizer)
     constants, static_heads, mix = heads_to_replace(model_args, config)
     check_heads_setup(constants, mix, mode, data_args.max_seq_length, training_args.do_train)
     set_seed(training_args.seed)
 
     # constant matrices and the freeze-extract pooler are defined per position: pad everything to T
     pad = data_args.pad_to_max_length or constants is not None or model_args.use_freeze_extract_pooler
-    train_dataset, eval_sets = probing_datasets(task, datasets, tokenizer, label_list, data_args, pad, training_args)
+    data = probing_datasets(task, datasets, tokenizer, label_list, data_args, pad, training_args)
 
     num_constant = sum(len(h) for h in static_heads.values())
     stage(f"{task.name}: {path}, {'mixing all heads (ranking run)' if mix else f'{num_constant} constant heads'}, "
@@ -265,10 +254,15 @@ def run_probing(task, model_args, data_args, training_args):
     model = build_model(task.model_class, config, path, constants, static_heads, mix,
                         data_args.max_seq_length if model_args.use_freeze_extract_pooler else None, model_args.cache_dir)
     logger.info("trainable parameters: %s", ", ".join(set_trainable(model, mode)))
-    trainer = make_trainer(task, model, tokenizer, label_list, pad, train_dataset, eval_sets, data_args, training_args)
+    trainer = make_trainer(task, model, tokenizer, label_list, pad, data["train"], data["eval"], data_args,
+                           training_args)
 
     if training_args.do_train:
-        train_and_save(trainer, tokenizer, mix, training_args)
+        train_and_save(trainer, tokenizer, mix, training_args, checkpoint)
     if training_args.do_eval:
-        evaluate_and_save(trainer, eval_sets, training_args.output_dir)
+        evaluate_and_save(trainer, data["eval"], training_args.output_dir)
+    if training_args.do_predict and task.kind == "token":
+        write_token_predictions(trainer, label_list, data["test"][""], training_args.output_dir)
+    elif training_args.do_predict:
+        write_sequence_predictions(trainer, task, label_list, data["test"], training_args.output_dir)
     return trainer

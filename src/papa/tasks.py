@@ -22,6 +22,18 @@ KINDS = {
 }
 
 VALIDATION = (("validation", "dev.tsv", "eval"),)
+TEST = (("test", "test.tsv", ""),)
+
+# The CoNLL-2003 tag sets in the order of the hub `conll2003` dataset's ClassLabel features (typed in from
+# the features of huggingface/datasets' datasets/conll2003/conll2003.py), so label ids are the ones the
+# original's hub runs used, and a tag that a small training slice lacks still has its id.
+CONLL_NER = ("O", "B-PER", "I-PER", "B-ORG", "I-ORG", "B-LOC", "I-LOC", "B-MISC", "I-MISC")
+CONLL_POS = ('"', "''", "#", "$", "(", ")", ",", ".", ":", "``", "CC", "CD", "DT", "EX", "FW", "IN", "JJ", "JJR",
+             "JJS", "LS", "MD", "NN", "NNP", "NNPS", "NNS", "NN|SYM", "PDT", "POS", "PRP", "PRP$", "RB", "RBR", "RBS",
+             "RP", "SYM", "TO", "UH", "VB", "VBD", "VBG", "VBN", "VBP", "VBZ", "WDT", "WP", "WP$", "WRB")
+CONLL_CHUNK = ("O", "B-ADJP", "I-ADJP", "B-ADVP", "I-ADVP", "B-CONJP", "I-CONJP", "B-INTJ", "I-INTJ", "B-LST",
+               "I-LST", "B-NP", "I-NP", "B-PP", "I-PP", "B-PRT", "I-PRT", "B-SBAR", "I-SBAR", "B-UCP", "I-UCP",
+               "B-VP", "I-VP")
 
 
 @dataclass(frozen=True)
@@ -31,7 +43,7 @@ class TaskSpec:
     name: str  # canonical name, e.g. "sst2"
     kind: str  # a key of KINDS
     text_columns: tuple[str, ...] = ()  # sequence tasks: the one or two text columns, HF `glue` names
-    labels: tuple[str, ...] | None = None  # None: regression (stsb), or token tasks (the sorted training tags)
+    labels: tuple[str, ...] | None = None  # None: regression (stsb)
     metrics: tuple[str, ...] = ("accuracy",)  # sequence tasks: keys of papa.metrics.SEQUENCE_METRICS
     main_metrics: tuple[str, ...] = ("accuracy",)  # the sweep's table columns (no "eval_"); the first is plotted
     chance: float | None = None  # the first main metric for a guess that ignores the input, where known
@@ -42,10 +54,13 @@ class TaskSpec:
     glue_folder: str | None = None  # the task's folder in the GLUE download (hints at a wrong --data_dir)
     # evaluation splits: (split, its file in a GLUE folder, metric key prefix)
     eval_splits: tuple[tuple[str, str, str], ...] = VALIDATION
+    # test splits (--do_predict): (split, its file in a GLUE folder, suffix of predict_results_<task><suffix>.txt)
+    test_splits: tuple[tuple[str, str, str], ...] = TEST
     hub: tuple[str, str | None] | None = None  # (dataset, config) on the HF hub, used only when online
     conll_column: int | None = None  # token tasks: the tag's column in `TOKEN POS CHUNK NER` lines
     generator: object = None  # synthetic tasks: a function returning the DatasetDict (no files, no hub)
     quick_sweep: bool = False  # the sweep's defaults: papa.sweep.defaults.REPEAT_DEFAULTS, not the original README's
+    custom: bool = False  # built from the user's files (papa.custom): labels matched by value, no combined_score
 
     @property
     def num_labels(self):
@@ -72,9 +87,9 @@ def _glue(name, text_columns, labels, folder, tsv_columns, **more):
                     hub=("nyu-mll/glue", name), **more)
 
 
-def _conll(name, column):
-    return TaskSpec(name, "token", metrics=("precision", "recall", "f1", "accuracy"), main_metrics=("f1",),
-                    hub=("eriktks/conll2003", None), conll_column=column)
+def _conll(name, column, labels):
+    return TaskSpec(name, "token", labels=labels, metrics=("precision", "recall", "f1", "accuracy"),
+                    main_metrics=("f1",), hub=("eriktks/conll2003", None), conll_column=column)
 
 
 PAIR = ("sentence1", "sentence2")
@@ -98,7 +113,8 @@ TASKS = {spec.name: spec for spec in (
           (("sentence1", "premise"), ("sentence2", "hypothesis"), ("gold_label", "label")),
           main_metrics=("accuracy", "mnli-mm_accuracy"),
           eval_splits=(("validation", "dev_matched.tsv", "eval"),
-                       ("validation_mismatched", "dev_mismatched.tsv", "eval_mnli-mm"))),
+                       ("validation_mismatched", "dev_mismatched.tsv", "eval_mnli-mm")),
+          test_splits=(("test", "test_matched.tsv", ""), ("test_mismatched", "test_mismatched.tsv", "-mm"))),
     _glue("qnli", ("question", "sentence"), ("entailment", "not_entailment"), "QNLI",
           (("question", "question"), ("sentence", "sentence"), ("label", "label"))),
     _glue("rte", PAIR, ("entailment", "not_entailment"), "RTE",
@@ -109,9 +125,9 @@ TASKS = {spec.name: spec for spec in (
     TaskSpec("repeat", "sequence", ("sentence",), ("new", "repeated"), chance=0.5,
              tsv_columns=(("sentence", "sentence"), ("label", "label")), tsv_labels="any", generator=_repeat_dataset,
              quick_sweep=True),
-    _conll("ner", 3),
-    _conll("pos", 1),
-    _conll("chunk", 2),
+    _conll("ner", 3, CONLL_NER),
+    _conll("pos", 1, CONLL_POS),
+    _conll("chunk", 2, CONLL_CHUNK),
 )}
 
 

@@ -9,7 +9,8 @@
 
 `python -m papa.cli.<module>` (or `python -m papa <command>`) runs one without the console scripts:
 that is how the sweep runs its stages, so it works from any install. The task kind a script serves
-is fixed here; `--task_name` is resolved once, into a `papa.tasks.TaskSpec`, and passed down.
+is fixed here; `--task_name` (or, for data of your own, the files) is resolved once, into a
+`papa.tasks.TaskSpec` (papa.custom.resolve_task), and passed down.
 """
 
 from ..console import setup_console
@@ -26,11 +27,12 @@ def averaging_main(kind, argv=None):
     """run_papa_glue_avgs_creator.py / run_papa_ner_avgs_creator.py."""
     def run(argv):
         from ..arguments import parse_averaging_args
+        from ..custom import resolve_task
         from ..runs import run_averaging
-        from ..tasks import get_task
 
         args = parse_averaging_args(argv)
-        run_averaging(get_task(args.task_name, kind), args)
+        run_averaging(resolve_task(kind, args.task_name, args.train_file, args.dataset_name, args.dataset_config_name,
+                                   args.cache_dir, args.text_column_name, args.label_column_name), args)
 
     return command(run, argv)
 
@@ -39,10 +41,13 @@ def probing_main(kind, argv=None):
     """run_papa_glue.py / run_papa_ner.py."""
     def run(argv):
         from ..arguments import parse_training_args
+        from ..custom import resolve_task
         from ..runs import run_probing
-        from ..tasks import get_task
 
         model_args, data_args, training_args = parse_training_args(argv)
-        run_probing(get_task(data_args.task_name, kind), model_args, data_args, training_args)
+        task = resolve_task(kind, data_args.task_name, data_args.train_file, data_args.dataset_name,
+                            data_args.dataset_config_name, model_args.cache_dir, data_args.text_column_name,
+                            data_args.label_column_name)
+        run_probing(task, model_args, data_args, training_args)
 
     return command(run, argv)

@@ -104,7 +104,8 @@ def make_stages(plan, args, passthrough):
     avgs_module, train_module = (f"papa.cli.{name}" for name in KINDS[plan.task.kind]["cli"])
     avgs_script, train_script = KINDS[plan.task.kind]["scripts"]
     avgs_dir, sort_dir = os.path.join(plan.output_dir, "avgs"), os.path.join(plan.output_dir, "sort")
-    source = ["--model_name_or_path", plan.model_path, "--task_name", plan.task.name]
+    # a custom task (papa.custom) has no name to pass: each stage reads it off --train_file again
+    source = ["--model_name_or_path", plan.model_path] + ([] if plan.task.custom else ["--task_name", plan.task.name])
     for flag, value in (("--data_dir", args.data_dir), ("--train_file", args.train_file),
                         ("--cache_dir", args.cache_dir)):
         if value is not None:
@@ -126,7 +127,8 @@ def make_stages(plan, args, passthrough):
         return [*source, *validation, "--do_train", "--do_eval", "--max_seq_length", str(plan.max_seq_length),
                 "--per_device_train_batch_size", str(plan.per_device_train_batch_size),
                 "--per_device_eval_batch_size", str(plan.per_device_eval_batch_size),
-                "--output_dir", out, "--num_train_epochs", repr(epochs), "--learning_rate", repr(plan.learning_rate),
+                "--output_dir", out, "--overwrite_output_dir",  # the stage's log.txt is already there
+                "--num_train_epochs", repr(epochs), "--learning_rate", repr(plan.learning_rate),
                 "--lr_scheduler_type", "constant", "--evaluation_strategy", plan.evaluation_strategy,
                 "--save_strategy", "no", "--use_papa_preprocess", "--use_freeze_extract_pooler", "true",
                 "--static_heads_dir", avgs_dir, "--save_total_limit", "0", "--seed", str(args.seed),

@@ -1,0 +1,85 @@
+"""What a probing run leaves in --output_dir besides the model, as HF's run_glue.py / run_ner.py leave it.
+
+- `<split>_results.json` and the merged `all_results.json` (save_results);
+- --do_predict: `predict_results_<task>.txt` (sequence tasks: `index<TAB>prediction`, a label name, or a
+  score with 3 decimals for regression; MNLI also `predict_results_mnli-mm.txt`), or `predictions.txt`
+  (token tasks: each sentence's predicted tags, space-separated) and `predict_results.json`;
+- the output-directory guard: a non-empty --output_dir without a checkpoint stops a training run,
+  one with a checkpoint is resumed from the last one (--overwrite_output_dir skips both).
+
+Everything is written atomically (papa.io) by the main process only.
+"""
+
+import json
+import os
+
+import numpy as np
+from transformers.trainer_utils import get_last_checkpoint
+
+from .console import stage
+from .errors import PapaError
+from .io import save_json, save_text
+from .metrics import token_predictions_to_tags
+
+
+def save_results(split, results, output_dir):
+    """HF's `<split>_results.json` and merged `all_results.json`, written atomically."""
+    save_json(results, os.path.join(output_dir, f"{split}_results.json"), indent=4, sort_keys=True)
+    combined_path = os.path.join(output_dir, "all_results.json")
+    combined = {}
+    if os.path.exists(combined_path):
+        with open(combined_path) as f:
+            combined = json.load(f)
+    save_json({**combined, **results}, combined_path, indent=4, sort_keys=True)
+
+
+def checkpoint_to_resume(training_args):
+    """The checkpoint a training run starts from (None: from scratch), with HF run_glue's output-directory guard."""
+    resume = training_args.resume_from_checkpoint
+    if resume is not None and training_args.do_train and not os.path.isdir(resume):
+        raise PapaError(f"--resume_from_checkpoint {resume} is not a folder (a checkpoint-<step> folder of a run "
+                        f"saved with --save_strategy steps or epoch)")
+    out = training_args.output_dir
+    if not (training_args.do_train and os.path.isdir(out) and not training_args.overwrite_output_dir):
+        return resume
+    last = get_last_checkpoint(out)
+    if last is None and os.listdir(out):
+        raise PapaError(f"output directory {out} already exists and is not empty; use --overwrite_output_dir to "
+                        f"train in it anyway, or another --output_dir")
+    if last is not None and resume is None:
+        stage(f"checkpoint detected, resuming training at {last}; to train from scratch, change --output_dir "
+              f"or add --overwrite_output_dir")
+    return resume or last
+
+
+def predictions_of(trainer, dataset):
+    """The model's outputs on `dataset` (logits, or the first of several outputs), and the PredictionOutput."""
+    output = trainer.predict(dataset, metric_key_prefix="predict")
+    logits = output.predictions[0] if isinstance(output.predictions, tuple) else output.predictions
+    return logits, output
+
+
+def write_sequence_predictions(trainer, task, label_list, test_sets, output_dir):
+    """predict_results_<task><suffix>.txt per test split, as run_glue writes them ({suffix: dataset})."""
+    for suffix, dataset in test_sets.items():
+        logits, _ = predictions_of(trainer, dataset)
+        if task.is_regression:
+            lines = [f"{i}\t{score:3.3f}" for i, score in enumerate(logits.reshape(-1))]
+        else:
+            lines = [f"{i}\t{label_list[p]}" for i, p in enumerate(np.argmax(logits, axis=1))]
+        path = os.path.join(output_dir, f"predict_results_{task.name}{suffix}.txt")
+        if trainer.is_world_process_zero():
+            save_text("index\tprediction\n" + "".join(line + "\n" for line in lines), path)
+            stage(f"wrote {len(lines)} predictions to {path}")
+
+
+def write_token_predictions(trainer, label_list, dataset, output_dir):
+    """predictions.txt (each sentence's predicted tags where it has a label) and predict_results.json, as run_ner."""
+    logits, output = predictions_of(trainer, dataset)
+    predicted, _ = token_predictions_to_tags(logits, output.label_ids, label_list)
+    trainer.log_metrics("predict", output.metrics)
+    if trainer.is_world_process_zero():
+        save_results("predict", output.metrics, output_dir)
+        path = os.path.join(output_dir, "predictions.txt")
+        save_text("".join(" ".join(tags) + "\n" for tags in predicted), path)
+        stage(f"wrote the predicted tags of {len(predicted)} sentences to {path}")

@@ -1,0 +1,95 @@
+"""What the scripts load by name — config, tokenizer, the weights' folder — with HF's example-script flags.
+
+--config_name / --tokenizer_name load those from elsewhere than the model; --model_revision and
+--token (transformers 4: --use_auth_token) pick a hub version and authenticate; --use_fast_tokenizer
+false asks for a slow tokenizer, which token tasks cannot use (they align tags with word_ids, as
+HF's run_ner requires). The averaging scripts' --model_type averages an untrained model of a type.
+"""
+
+import os
+
+from transformers import AutoConfig, AutoTokenizer
+
+from .data import hub_is_offline
+from .encoders import family_for
+from .errors import PapaError
+from .modeling import default_model_path
+
+# what a model folder needs: config, tokenizer files, weights (no TF/Flax/ONNX copies)
+SNAPSHOT_FILES = ["*.json", "*.txt", "*.model", "*.safetensors", "*.bin"]
+
+
+def model_folder(path, revision="main", token=None, cache_dir=None):
+    """`path`, or for a hub model at another revision or behind a token, its local snapshot folder.
+
+    papa.modeling.build_model loads weights by path alone, so the revision and the token are applied
+    here, once, and every later load reads the folder.
+    """
+    if path is None or os.path.isdir(path) or (revision in (None, "main") and token is None):
+        return path
+    from huggingface_hub import snapshot_download
+
+    try:
+        return snapshot_download(path, revision=revision, token=token, cache_dir=cache_dir,
+                                 allow_patterns=SNAPSHOT_FILES)
+    except Exception as err:  # offline, unknown revision, bad token
+        raise PapaError(f"cannot fetch model {path!r} at revision {revision!r} from the hub "
+                        f"({type(err).__name__}: {str(err).splitlines()[0]}); pass a local folder as "
+                        f"--model_name_or_path") from None
+
+
+def _load(what, loader, name, **kwargs):
+    try:
+        return loader(name, **kwargs)
+    except (OSError, ValueError) as err:
+        offline = hub_is_offline() and not os.path.isdir(name)
+        raise PapaError(f"cannot load {what} {name!r}: {str(err).splitlines()[0].rstrip('.')}"
+                        + ("; the hub is offline (HF_HUB_OFFLINE): pass a local folder" if offline else "")) from None
+
+
+def load_config_and_tokenizer(model_name_or_path, cache_dir, task, label_list, max_length, config_name=None,
+                              tokenizer_name=None, revision="main", token=None, use_fast=True, model_type=None):
+    """(model folder or None, config with the task's labels, tokenizer); checks the family and T.
+
+    The folder is None for an untrained `model_type` model (no --model_name_or_path); without both,
+    the bundled MiniLM.
+    """
+    if model_name_or_path is None and model_type is None:
+        model_name_or_path = default_model_path()
+    path = model_folder(model_name_or_path, revision, token, cache_dir)
+    num_labels = 1 if label_list is None else len(label_list)
+    hub = dict(cache_dir=cache_dir, revision=revision, token=token)
+    if config_name or path:
+        config = _load("config", AutoConfig.from_pretrained, config_name or path, num_labels=num_labels, **hub)
+    else:
+        try:
+            config = AutoConfig.for_model(model_type, num_labels=num_labels)
+        except ValueError as err:
+            raise PapaError(f"--model_type {model_type!r}: {str(err).splitlines()[0]}") from None
+    try:
+        family = family_for(config)
+    except PapaError as err:
+        raise PapaError(f"{path or model_type}: {err}") from None
+    if label_list is not None:
+        config.id2label = dict(enumerate(label_list))
+        config.label2id = {label: i for i, label in enumerate(label_list)}
+    # RoBERTa-style models reserve their first position ids for padding
+    limit = config.max_position_embeddings - (config.pad_token_id + 1 if family.position_offset else 0)
+    if max_length > limit:
+        raise PapaError(f"sequence length {max_length} exceeds the model's {limit} position embeddings; lower it")
+
+    tokenizer_path = tokenizer_name or path
+    if tokenizer_path is None:
+        raise PapaError("--model_type builds an untrained model but no tokenizer: pass --tokenizer_name")
+    if task.kind == "token" and not use_fast:
+        raise PapaError("token tasks need a fast tokenizer (its word_ids() align tags to sub-tokens), as in HF's "
+                        "run_ner; drop --use_fast_tokenizer false / --use_slow_tokenizer")
+    tokenizer = _load("tokenizer", AutoTokenizer.from_pretrained, tokenizer_path, use_fast=use_fast, **hub)
+    if task.kind == "token" and getattr(tokenizer, "add_prefix_space", None) is False:
+        # byte-level BPE (RoBERTa, DeBERTa v1) marks word starts by a preceding space: pre-split words
+        # need one, as the original set for its token tasks
+        tokenizer = _load("tokenizer", AutoTokenizer.from_pretrained, tokenizer_path, use_fast=use_fast,
+                          add_prefix_space=True, **hub)
+    if task.kind == "token" and not getattr(tokenizer, "is_fast", False):
+        raise PapaError(f"{tokenizer_path} has no fast tokenizer; token tasks need one (word_ids()), as in HF's run_ner")
+    return path, config, tokenizer
