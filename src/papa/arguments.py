@@ -10,11 +10,15 @@ usage dump.
 
 import argparse
 from dataclasses import dataclass, field
+from typing import Literal
 
 from transformers import HfArgumentParser, TrainingArguments
 
 from .errors import PapaError, check_positive
 from .modeling import training_mode
+
+# the sweep's control runs (papa.sweep.controls)
+SWEEP_CONTROLS = ("uniform", "random_order", "mean_output")
 
 # transformers 5 renamed this flag; the original commands use the old spelling
 RENAMED_FLAGS = {"--evaluation_strategy": "--eval_strategy"}
@@ -57,6 +61,11 @@ class ModelArguments:
     )
     static_heads_num: int = field(
         default=0, metadata={"help": "How many heads (first rows of sorted_heads.json) to replace by constant matrices."}
+    )
+    replace_heads_with: Literal["constant", "mean_output"] = field(
+        default="constant", metadata={"help": "What the replaced heads do: attend with their constant matrix (avgs.pt, "
+                                              "PAPA) or output their training-set mean (mean_outputs.pt in "
+                                              "--static_heads_dir, the mean-ablation control)."}
     )
 
     def __post_init__(self):
@@ -118,6 +127,8 @@ class AveragingArguments:
         default=False, metadata={"help": "Accepted for compatibility: averaging always pads to --max_length."})
     label_all_tokens: bool = field(
         default=False, metadata={"help": "Accepted for compatibility with the token scripts (no effect on averages)."})
+    mean_outputs: bool = field(default=False, metadata={
+        "help": "Also write mean_outputs.pt: each head's mean output per position (for --replace_heads_with mean_output)."})
 
     def __post_init__(self):
         if not self.output_dir:
