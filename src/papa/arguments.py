@@ -141,13 +141,22 @@ class AveragingArguments:
 class SweepArguments:
     """papa-sweep / run_papa_sweep.py. None means the task's default (papa.sweep.defaults)."""
 
+    # one value, or several: a grid of every model x task (task_names / model_names list them either way)
     model_name_or_path: str | None = field(default=None, metadata={
-        "help": "Encoder of any supported family (hub name or folder). Default: the bundled all-MiniLM-L6-v2 (6 x 12 heads)."})
+        "nargs": "+", "help": "Encoder(s) of any supported family (hub name or folder); several run a grid. "
+                              "Default: the bundled all-MiniLM-L6-v2 (6 x 12 heads)."})
     task_name: str = field(default="repeat", metadata={
-        "help": "GLUE task (cola sst2 mrpc qqp stsb mnli qnli rte wnli), token task (ner pos chunk), "
-                "or the built-in synthetic 'repeat' (default; needs no data)."})
+        "nargs": "+", "help": "GLUE task (cola sst2 mrpc qqp stsb mnli qnli rte wnli), token task (ner pos chunk), "
+                              "or the built-in synthetic 'repeat' (default; needs no data); several run a grid."})
     data_dir: str | None = field(default=None, metadata={
-        "help": "Folder with the task's files (GLUE train.tsv/dev.tsv, CoNLL train.txt/valid.txt)."})
+        "help": "Folder with the task's files (GLUE train.tsv/dev.tsv, CoNLL train.txt/valid.txt), or a root holding "
+                "one folder per task under its official name (CoLA, SST-2, ..., conll2003), directly or one level "
+                "down (e.g. ../shared/data)."})
+    controls: list[str] | None = field(default=None, metadata={
+        "choices": SWEEP_CONTROLS, "help": "Control runs beside PAPA at the same k: uniform (constant heads attend "
+                                           "equally to every real token), random_order (heads taken in a seeded "
+                                           "random order, not the ranking), mean_output (heads output their "
+                                           "training-set mean)."})
     train_file: str | None = field(default=None, metadata={"help": "Training file, passed to every stage."})
     validation_file: str | None = field(default=None, metadata={"help": "Validation file, passed to the training runs."})
     output_dir: str | None = field(default=None, metadata={
@@ -180,6 +189,21 @@ class SweepArguments:
             check_positive(getattr(self, flag), f"--{flag}")
         if self.static_heads_nums is not None and not self.static_heads_nums:
             raise PapaError("--static_heads_nums needs at least one value")
+        # a single value stays a plain string, as before the grid existed
+        for name in ("task_name", "model_name_or_path"):
+            value = getattr(self, name)
+            if isinstance(value, (list, tuple)):
+                setattr(self, name, value[0] if len(value) == 1 else list(dict.fromkeys(value)))
+        self.controls = list(dict.fromkeys(self.controls or []))
+
+    @property
+    def task_names(self):
+        return [self.task_name] if isinstance(self.task_name, str) else list(self.task_name)
+
+    @property
+    def model_names(self):
+        """The models asked for; [None] means the bundled MiniLM."""
+        return list(self.model_name_or_path) if isinstance(self.model_name_or_path, list) else [self.model_name_or_path]
 
 
 def parse_dataclasses(types, argv, remaining=False, **parser_kwargs):

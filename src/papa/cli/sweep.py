@@ -5,14 +5,13 @@ from . import command
 
 def run(argv):
     from ..arguments import parse_sweep_args
-    from ..sweep import run_sweep
+    from ..sweep import run_grid
     from ..sweep.defaults import epilog
-    from ..tasks import get_task
 
     args, passthrough = parse_sweep_args(
         argv, description="The whole PAPA method in one command: averages → head ranking → probing with k "
-                          "constant heads, for each k.", epilog=epilog())
-    run_sweep(args, get_task(args.task_name), passthrough)
+                          "constant heads, for each k (and each model x task: a grid).", epilog=epilog())
+    run_grid(args, passthrough)
 
 
 def main(argv=None):
