@@ -48,7 +48,8 @@ def test_uniform_constants_attend_equally_to_every_real_token(tmp_path):
     papa.save_papa_model(model, tmp_path / "saved")
     reloaded = papa.load_papa_model(tmp_path / "saved")
     with torch.no_grad():
-        assert_close(reloaded(input_ids=ids, attention_mask=mask).logits, model(input_ids=ids, attention_mask=mask).logits)
+        inputs = dict(input_ids=ids, attention_mask=mask)
+        assert_close(reloaded(**inputs).logits, model(**inputs).logits)
 
 
 def test_control_artifacts_are_stable_bytes(tmp_path):
@@ -105,7 +106,8 @@ def test_control_stages_folders_and_flags(tmp_path):
     assert stages["avgs"].outputs == ["avgs.pt", "mean_outputs.pt"]
 
     uniform, random_, mean = stages["uniform_k_36"], stages["random_k_36"], stages["mean_k_36"]
-    assert flag(uniform, "--static_heads_dir") == f"{out}/uniform" and flag(uniform, "--sorting_heads_dir") == f"{out}/sort"
+    assert flag(uniform, "--static_heads_dir") == f"{out}/uniform"
+    assert flag(uniform, "--sorting_heads_dir") == f"{out}/sort"
     assert flag(random_, "--static_heads_dir") == f"{out}/avgs"
     assert flag(random_, "--sorting_heads_dir") == f"{out}/random_order"
     assert flag(mean, "--replace_heads_with") == "mean_output" and flag(mean, "--static_heads_dir") == f"{out}/avgs"
@@ -146,7 +148,7 @@ def test_mean_output_bad_inputs(tmp_path):
     papa.save_ranking(np.zeros((6, 12)), tmp_path / "sort")
     torch.save(torch.zeros(6, 12, 8, 8), tmp_path / "avgs.pt")  # avgs.pt only: no mean_outputs.pt
     common = ["--static_heads_dir", str(tmp_path), "--sorting_heads_dir", str(tmp_path / "sort")]
-    with pytest.raises(PapaError, match=r"mean_outputs.pt does not exist \(run the averaging script with --mean_outputs"):
+    with pytest.raises(PapaError, match=r"mean_outputs.pt does not exist \(run the averaging script with --mean_out"):
         heads_setup(tmp_path, *common, "--static_heads_num", "3", "--replace_heads_with", "mean_output")
     with pytest.raises(PapaError, match="--sort_calculating works on constant matrices"):
         heads_setup(tmp_path, *common, "--sort_calculating", "--replace_heads_with", "mean_output")
@@ -235,7 +237,8 @@ def test_a_stage_with_the_tokenised_cache_equals_one_without(script_runs):
     assert len(list((script_runs / "tokenized").iterdir())) == 2
     for name in ("avgs.pt", "mean_outputs.pt", "attention_sums.pt", "attention_patterns_sums.pt"):
         assert (script_runs / "avgs_True" / name).read_bytes() == (script_runs / "avgs_False" / name).read_bytes()
-    with_cache, without = (json.loads((script_runs / f"probe_{c}" / "eval_results.json").read_text()) for c in (True, False))
+    with_cache, without = (json.loads((script_runs / f"probe_{c}" / "eval_results.json").read_text())
+                           for c in (True, False))
     assert with_cache.keys() == without.keys()
     for key in with_cache:
         if not key.endswith(("runtime", "per_second")):

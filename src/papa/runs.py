@@ -112,7 +112,8 @@ def run_averaging(task, args):
     if rank == 0:
         averager.save(args.output_dir)
         stage(f"wrote avgs.pt{' and mean_outputs.pt' if args.mean_outputs else ''} [{config.num_hidden_layers}, "
-              f"{config.num_attention_heads}, {args.max_length}, {args.max_length}] from {averager.num_examples} examples ({world_size} process(es)) to {args.output_dir}")
+              f"{config.num_attention_heads}, {args.max_length}, {args.max_length}] from {averager.num_examples} "
+              f"examples ({world_size} process(es)) to {args.output_dir}")
     if world_size > 1:
         dist.barrier()
         dist.destroy_process_group()

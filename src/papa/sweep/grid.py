@@ -48,7 +48,7 @@ def _child(folder, name):
         entries = sorted(os.listdir(folder))
     except OSError:
         return None
-    match = next((e for e in entries if e == name), None) or next((e for e in entries if e.lower() == name.lower()), None)
+    match = name if name in entries else next((e for e in entries if e.lower() == name.lower()), None)
     return os.path.join(folder, match) if match and os.path.isdir(os.path.join(folder, match)) else None
 
 
@@ -111,8 +111,9 @@ def run_grid(args, passthrough=()):
     tasks = list({t.name: t for t in (get_task(name) for name in args.task_names)}.values())
     models = args.model_names
     if len(tasks) == 1 and len(models) == 1:
-        data_dir = args.data_dir if args.train_file else resolve_data_dir(args.data_dir, tasks[0], False) or args.data_dir
-        return run_sweep(dataclasses.replace(args, data_dir=data_dir), tasks[0], passthrough)
+        if args.data_dir and not args.train_file:  # a root works for one task too
+            args = dataclasses.replace(args, data_dir=resolve_data_dir(args.data_dir, tasks[0], False))
+        return run_sweep(args, tasks[0], passthrough)
 
     check_grid_flags(args, tasks)
     output_dir = os.path.abspath(args.output_dir or os.path.join("outputs", "papa_grid"))

@@ -55,10 +55,9 @@ def standard_error(metric, score, n):
     """Approximate standard error of a score on n evaluation examples; None without a formula."""
     if score is None or not n:
         return None
-    name = metric.rsplit("_", 1)[-1] if metric.endswith("accuracy") else metric
-    if name == "accuracy" and 0 <= score <= 1:
+    if metric.endswith("accuracy") and 0 <= score <= 1:  # accuracy, mnli-mm_accuracy
         return math.sqrt(score * (1 - score) / n)
-    if name in CORRELATIONS and n > 2 and -1 <= score <= 1:
+    if metric in CORRELATIONS and n > 2 and -1 <= score <= 1:
         return math.sqrt((1 - score * score) / (n - 2))
     return None
 
@@ -119,7 +118,8 @@ def _score(score, se=None):
 
 def headline_markdown(by_model):
     lines = ["## Mean relative change across tasks", "",
-             "| model | variant | ½ of the heads constant | all heads constant | tasks |", "| --- | --- | ---: | ---: | ---: |"]
+             "| model | variant | ½ of the heads constant | all heads constant | tasks |",
+             "| --- | --- | ---: | ---: | ---: |"]
     for model, outcomes in by_model.items():
         done = [o for o in outcomes if o.results is not None]
         for variant in (variants(done[0]) if done else ["PAPA"]):
@@ -136,10 +136,12 @@ def model_markdown(model, outcomes):
     ks = sorted({k for o in outcomes for k in o.ks})
     total = outcomes[0].total_heads
     header = ["task", "metric", "n", "k=0 (± SE)"] + [f"k={k} ({k / total:.2f})" for k in ks if k]
-    lines = [f"## {model}", "", "| " + " | ".join(header) + " |", "| --- | --- | ---: |" + " ---: |" * (len(header) - 3)]
+    lines = [f"## {model}", "", "| " + " | ".join(header) + " |",
+             "| --- | --- | ---: |" + " ---: |" * (len(header) - 3)]
     for o in outcomes:
         if o.results is None:
-            lines.append(f"| {o.task.name} | failed: {(o.error or '').splitlines()[0][:160]} |" + " |" * (len(header) - 2))
+            error = (o.error or "").splitlines()[0][:160]
+            lines.append(f"| {o.task.name} | failed: {error} |" + " |" * (len(header) - 2))
             continue
         n = o.results.eval_samples
         for variant in variants(o):
