@@ -132,35 +132,42 @@ def plot_constant_matrices(avgs, sorted_heads, path, title="constant matrices", 
 
 def plot_summary(panels, path, title="PAPA: relative change against the fraction of constant heads"):
     """One panel per model: `panels` is [(model name, {task: {variant: [(fraction, relative change), ...]}})],
-    variant "PAPA" drawn solid and each control dashed or dotted in the task's colour; changes are fractions,
-    drawn in percent."""
+    variant "PAPA" drawn solid and each control dashed or dotted in the task's colour (the legend keys tasks
+    by colour, controls by style); changes are fractions, drawn in percent."""
     if not panels:
         raise PapaError("no model to plot")
     cols = min(len(panels), 3)
     rows = math.ceil(len(panels) / cols)
     fig = Figure(figsize=(5.2 * cols, 4.2 * rows + 0.6))
+    from matplotlib.lines import Line2D
+
     colours = matplotlib.rcParams["axes.prop_cycle"].by_key()["color"]
     for index, (model, tasks) in enumerate(panels):
         ax = fig.add_subplot(rows, cols, index + 1)
         ax.axhline(0, color="gray", linewidth=0.8)
+        task_keys, control_keys = {}, {}  # the legend: a colour per task, a line style per control
         for task_index, (task, variants) in enumerate(tasks.items()):
             colour = colours[task_index % len(colours)]
             for variant_index, (variant, points) in enumerate(variants.items()):
                 points = [(x, 100 * y) for x, y in points if y is not None]
                 if not points:
                     continue
-                style = ({"linestyle": "-", "marker": "o"} if variant == "PAPA"
-                         else CONTROL_STYLES[(variant_index - 1) % len(CONTROL_STYLES)])
-                label = task if variant == "PAPA" else f"{task}, {variant}"
-                ax.plot(*zip(*points), color=colour, linewidth=1.8 if variant == "PAPA" else 1.1,
-                        markersize=5 if variant == "PAPA" else 3.5, label=label, **style)
+                papa = variant == "PAPA"
+                style = {"linestyle": "-", "marker": "o"} if papa else CONTROL_STYLES[(variant_index - 1) % 3]
+                ax.plot(*zip(*points), color=colour, linewidth=1.8 if papa else 1.1, markersize=5 if papa else 3.5,
+                        **style)
+                task_keys.setdefault(task, Line2D([], [], color=colour, linewidth=1.8, marker="o"))
+                if not papa:
+                    control_keys.setdefault(variant, Line2D([], [], color="gray", linewidth=1.1, markersize=3.5,
+                                                            **style))
         ax.set_title(model, fontsize=10)
         ax.set_xlabel("fraction of heads constant")
         ax.set_ylabel("relative change vs k = 0 (%)")
         ax.set_xlim(-0.03, 1.03)
         ax.grid(alpha=0.3)
-        if ax.get_legend_handles_labels()[0]:
-            ax.legend(loc="lower left", fontsize=7)
+        keys = {**task_keys, **control_keys}
+        if keys:
+            ax.legend(list(keys.values()), list(keys), loc="lower left", fontsize=7)
     fig.suptitle(title, fontsize=11)
     fig.tight_layout()
     return _save(fig, path)
