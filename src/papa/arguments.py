@@ -12,11 +12,15 @@ usage dump. As in HF's example scripts, a single argument ending in `.json` is a
 import argparse
 import json
 from dataclasses import dataclass, field
+from typing import Literal
 
 from transformers import HfArgumentParser, TrainingArguments
 
 from .errors import PapaError, check_positive
 from .modeling import training_mode
+
+# the sweep's control runs (papa.sweep.controls)
+SWEEP_CONTROLS = ("uniform", "random_order", "mean_output")
 
 # transformers 5 renamed this flag; the original commands use the old spelling
 RENAMED_FLAGS = {"--evaluation_strategy": "--eval_strategy"}
@@ -69,6 +73,11 @@ class ModelArguments:
     )
     static_heads_num: int = field(
         default=0, metadata={"help": "How many heads (first rows of sorted_heads.json) to replace by constant matrices."}
+    )
+    replace_heads_with: Literal["constant", "mean_output"] = field(
+        default="constant", metadata={"help": "What the replaced heads do: attend with their constant matrix (avgs.pt, "
+                                              "PAPA) or output their training-set mean (mean_outputs.pt in "
+                                              "--static_heads_dir, the mean-ablation control)."}
     )
 
     def __post_init__(self):
@@ -181,6 +190,8 @@ class AveragingArguments:
     return_entity_level_metrics: bool = field(
         default=False, metadata={"help": "Accepted for compatibility with the token scripts (no effect on averages)."})
     preprocessing_num_workers: int | None = field(default=None, metadata={"help": "Processes that tokenise the data."})
+    mean_outputs: bool = field(default=False, metadata={
+        "help": "Also write mean_outputs.pt: each head's mean output per position (for --replace_heads_with mean_output)."})
 
     def __post_init__(self):
         if not self.output_dir:
@@ -226,14 +237,24 @@ class UnusedAveragingArguments:
 class SweepArguments:
     """papa-sweep / run_papa_sweep.py. None means the task's default (papa.sweep.defaults)."""
 
+    # one value, or several: a grid of every model x task (task_names / model_names list them either way)
     model_name_or_path: str | None = field(default=None, metadata={
-        "help": "Encoder of any supported family (hub name or folder). Default: the bundled all-MiniLM-L6-v2 (6 x 12 heads)."})
+        "nargs": "+", "help": "Encoder(s) of any supported family (hub name or folder); several run a grid. "
+                              "Default: the bundled all-MiniLM-L6-v2 (6 x 12 heads)."})
     task_name: str | None = field(default=None, metadata={
-        "help": "GLUE task (cola sst2 mrpc qqp stsb mnli qnli rte wnli), token task (ner pos chunk), "
-                "or the built-in synthetic 'repeat' (default; needs no data). Omit it with --train_file/"
-                "--validation_file (CSV/JSON with a 'label' column) for your own sequence task."})
+        "nargs": "+", "help": "GLUE task (cola sst2 mrpc qqp stsb mnli qnli rte wnli), token task (ner pos chunk), "
+                              "or the built-in synthetic 'repeat' (default; needs no data); several run a grid. "
+                              "Omit it with --train_file/--validation_file (CSV/JSON with a 'label' column) for "
+                              "your own sequence task."})
     data_dir: str | None = field(default=None, metadata={
-        "help": "Folder with the task's files (GLUE train.tsv/dev.tsv, CoNLL train.txt/valid.txt)."})
+        "help": "Folder with the task's files (GLUE train.tsv/dev.tsv, CoNLL train.txt/valid.txt), or a root holding "
+                "one folder per task under its official name (CoLA, SST-2, ..., conll2003), directly or one level "
+                "down (e.g. ../shared/data)."})
+    controls: list[str] | None = field(default=None, metadata={
+        "choices": SWEEP_CONTROLS, "help": "Control runs beside PAPA at the same k: uniform (constant heads attend "
+                                           "equally to every real token), random_order (heads taken in a seeded "
+                                           "random order, not the ranking), mean_output (heads output their "
+                                           "training-set mean)."})
     train_file: str | None = field(default=None, metadata={"help": "Training file, passed to every stage."})
     validation_file: str | None = field(default=None, metadata={"help": "Validation file, passed to the training runs."})
     output_dir: str | None = field(default=None, metadata={
@@ -268,6 +289,22 @@ class SweepArguments:
             check_positive(getattr(self, flag), f"--{flag}")
         if self.static_heads_nums is not None and not self.static_heads_nums:
             raise PapaError("--static_heads_nums needs at least one value")
+        # a single value stays a plain string, as before the grid existed
+        for name in ("task_name", "model_name_or_path"):
+            value = getattr(self, name)
+            if isinstance(value, (list, tuple)):
+                setattr(self, name, value[0] if len(value) == 1 else list(dict.fromkeys(value)))
+        self.controls = list(dict.fromkeys(self.controls or []))
+
+    @property
+    def task_names(self):
+        """The tasks asked for; [None] means a task of your own read off --train_file (papa.custom)."""
+        return list(self.task_name) if isinstance(self.task_name, list) else [self.task_name]
+
+    @property
+    def model_names(self):
+        """The models asked for; [None] means the bundled MiniLM."""
+        return list(self.model_name_or_path) if isinstance(self.model_name_or_path, list) else [self.model_name_or_path]
 
 
 def json_to_argv(path):

@@ -1,10 +1,12 @@
 """The sweep's figures, drawn with matplotlib's Agg backend and written atomically as PNG.
 
 - `plot_results`: the task's main metric against the number of constant heads (as the paper's
-  Figure 2), one marker per k and a dashed line at the k=0 value;
+  Figure 2), one marker per k and a dashed line at the k=0 value, plus a line per control;
 - `plot_lambdas`: layer x head heatmap of the ranking run's λ (`lambdas.npy`);
 - `plot_constant_matrices`: the constant matrices (`avgs.pt`) of the first heads of
-  `sorted_heads.json` (the most constant-friendly), query position x key position.
+  `sorted_heads.json` (the most constant-friendly), query position x key position;
+- `plot_summary`: a grid's relative change against the fraction of constant heads, one panel per
+  model and one line per task (the paper's Figure 2 layout), controls in the task's colour.
 
 Figures are built with `matplotlib.figure.Figure` directly (no pyplot global state), so plotting
 works in any thread and never opens a window.
@@ -24,6 +26,8 @@ from .errors import PapaError  # noqa: E402
 from .io import atomic_path  # noqa: E402
 
 DPI = 120
+CONTROL_STYLES = ({"linestyle": "--", "marker": "s"}, {"linestyle": ":", "marker": "^"},
+                  {"linestyle": "-.", "marker": "v"})
 
 
 def _save(fig, path):
@@ -32,14 +36,22 @@ def _save(fig, path):
     return path
 
 
-def plot_results(ks, values, metric_name, total_heads, title, path, chance=None):
+def _floats(values):
+    return [math.nan if v is None else float(v) for v in values]
+
+
+def plot_results(ks, values, metric_name, total_heads, title, path, chance=None, controls=None):
     """Main metric vs number of constant heads; dashed line at the k=0 value (when there is one),
-    dotted line at `chance` (e.g. 0.5 accuracy on a balanced binary task) when given."""
+    dotted line at `chance` (e.g. 0.5 accuracy on a balanced binary task) when given; `controls`:
+    {label: values at the same ks}, one thinner line each."""
     ks = list(ks)
-    values = [math.nan if v is None else float(v) for v in values]
+    values = _floats(values)
+    controls = {label: _floats(v) for label, v in (controls or {}).items()}
     fig = Figure(figsize=(6.4, 4.4))
     ax = fig.add_subplot()
-    ax.plot(ks, values, marker="o", linewidth=1.8, label=metric_name)
+    ax.plot(ks, values, marker="o", linewidth=1.8, label=f"{metric_name} (PAPA)" if controls else metric_name)
+    for (label, line), style in zip(controls.items(), CONTROL_STYLES):
+        ax.plot(ks, line, linewidth=1.2, markersize=4, alpha=0.85, label=label, **style)
     below = False
     for i, (k, v) in enumerate(zip(ks, values)):
         if math.isnan(v):
@@ -57,7 +69,8 @@ def plot_results(ks, values, metric_name, total_heads, title, path, chance=None)
     ax.set_title(title, fontsize=10)
     ax.set_xticks(ks)
     ax.set_xlim(-0.03 * total_heads, 1.03 * total_heads)
-    finite = [v for v in values if not math.isnan(v)] + ([chance] if chance is not None else [])
+    finite = [v for v in values + [x for line in controls.values() for x in line] if not math.isnan(v)]
+    finite += [chance] if chance is not None else []
     if finite:
         low, high = min(finite), max(finite)
         pad = max(0.05 * (high - low), 0.02)
@@ -113,5 +126,48 @@ def plot_constant_matrices(avgs, sorted_heads, path, title="constant matrices", 
         ax.set_xlabel("key position")
         ax.set_ylabel("query position")
     fig.suptitle(title, fontsize=10)
+    fig.tight_layout()
+    return _save(fig, path)
+
+
+def plot_summary(panels, path, title="PAPA: relative change against the fraction of constant heads"):
+    """One panel per model: `panels` is [(model name, {task: {variant: [(fraction, relative change), ...]}})],
+    variant "PAPA" drawn solid and each control dashed or dotted in the task's colour (the legend keys tasks
+    by colour, controls by style); changes are fractions, drawn in percent."""
+    if not panels:
+        raise PapaError("no model to plot")
+    cols = min(len(panels), 3)
+    rows = math.ceil(len(panels) / cols)
+    fig = Figure(figsize=(5.2 * cols, 4.2 * rows + 0.6))
+    from matplotlib.lines import Line2D
+
+    colours = matplotlib.rcParams["axes.prop_cycle"].by_key()["color"]
+    for index, (model, tasks) in enumerate(panels):
+        ax = fig.add_subplot(rows, cols, index + 1)
+        ax.axhline(0, color="gray", linewidth=0.8)
+        task_keys, control_keys = {}, {}  # the legend: a colour per task, a line style per control
+        for task_index, (task, variants) in enumerate(tasks.items()):
+            colour = colours[task_index % len(colours)]
+            for variant_index, (variant, points) in enumerate(variants.items()):
+                points = [(x, 100 * y) for x, y in points if y is not None]
+                if not points:
+                    continue
+                papa = variant == "PAPA"
+                style = {"linestyle": "-", "marker": "o"} if papa else CONTROL_STYLES[(variant_index - 1) % 3]
+                ax.plot(*zip(*points), color=colour, linewidth=1.8 if papa else 1.1, markersize=5 if papa else 3.5,
+                        **style)
+                task_keys.setdefault(task, Line2D([], [], color=colour, linewidth=1.8, marker="o"))
+                if not papa:
+                    control_keys.setdefault(variant, Line2D([], [], color="gray", linewidth=1.1, markersize=3.5,
+                                                            **style))
+        ax.set_title(model, fontsize=10)
+        ax.set_xlabel("fraction of heads constant")
+        ax.set_ylabel("relative change vs k = 0 (%)")
+        ax.set_xlim(-0.03, 1.03)
+        ax.grid(alpha=0.3)
+        keys = {**task_keys, **control_keys}
+        if keys:
+            ax.legend(list(keys.values()), list(keys), loc="lower left", fontsize=7)
+    fig.suptitle(title, fontsize=11)
     fig.tight_layout()
     return _save(fig, path)

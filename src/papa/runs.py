@@ -20,7 +20,7 @@ import transformers
 from datasets import DatasetDict
 from transformers import AutoModel, Trainer, default_data_collator, set_seed
 
-from .attention import lambdas_array, load_constant_matrices
+from .attention import head_dim, lambdas_array, load_constant_matrices, load_mean_outputs
 from .averaging import accumulate_attention, distributed_context, shard
 from .conll import load_token_task
 from .console import progress_bar, quiet_trainer, stage
@@ -30,9 +30,9 @@ from .io import atomic_path
 from .metrics import trainer_metrics
 from .modeling import build_model, save_papa_model, set_trainable, training_mode
 from .outputs import checkpoint_to_resume, save_results, write_sequence_predictions, write_token_predictions
-from .preprocessing import tokenize_dataset
 from .pretrained import load_config_and_tokenizer
 from .ranking import check_static_heads_num, first_k_heads, load_sorted_heads, save_ranking
+from .tokenized_cache import tokenize_cached
 
 logger = logging.getLogger("papa")
 DEBUG_EXAMPLES = 100  # the original averaging scripts' --debug: the first 100 examples of each split
@@ -65,7 +65,8 @@ def first_examples(dataset, max_samples):
 
 
 def run_averaging(task, args):
-    """The averaging pass (args: papa.arguments.AveragingArguments): writes avgs.pt and the two sums."""
+    """The averaging pass (args: papa.arguments.AveragingArguments): writes avgs.pt and the two sums (and,
+    with --mean_outputs, mean_outputs.pt)."""
     import torch.distributed as dist
     from torch.utils.data import DataLoader, Subset
 
@@ -80,9 +81,9 @@ def run_averaging(task, args):
     if args.debug:
         train = first_examples(train, DEBUG_EXAMPLES)
     train = DatasetDict(train=first_examples(train, args.max_train_samples))
-    tokenized = tokenize_dataset(task, train, tokenizer, label_list, args.max_length, args.use_papa_preprocess,
-                                 pad_to_max_length=True, original_token_types=args.original_token_types,
-                                 num_proc=args.preprocessing_num_workers)["train"]
+    tokenized = tokenize_cached(task, train, tokenizer, label_list, args.max_length, args.use_papa_preprocess,
+                                pad_to_max_length=True, original_token_types=args.original_token_types,
+                                num_proc=args.preprocessing_num_workers)["train"]
     columns = [c for c in ("input_ids", "attention_mask", "token_type_ids") if c in tokenized.column_names]
     tokenized = tokenized.with_format("torch", columns=columns)
 
@@ -96,13 +97,14 @@ def run_averaging(task, args):
     loader = DataLoader(Subset(tokenized, shard(len(tokenized), rank, world_size)),
                         batch_size=args.per_device_train_batch_size, collate_fn=default_data_collator)
     progress = progress_bar(len(loader), "Averaging", disable=rank != 0)
-    averager = accumulate_attention(model, loader, args.max_length, device, progress)
+    averager = accumulate_attention(model, loader, args.max_length, device, progress, mean_outputs=args.mean_outputs)
     progress.close()
     averager.all_reduce()
     if rank == 0:
         averager.save(args.output_dir)
-        stage(f"wrote avgs.pt [{config.num_hidden_layers}, {config.num_attention_heads}, {args.max_length}, "
-              f"{args.max_length}] from {averager.num_examples} examples ({world_size} process(es)) to {args.output_dir}")
+        stage(f"wrote avgs.pt{' and mean_outputs.pt' if args.mean_outputs else ''} [{config.num_hidden_layers}, "
+              f"{config.num_attention_heads}, {args.max_length}, {args.max_length}] from {averager.num_examples} "
+              f"examples ({world_size} process(es)) to {args.output_dir}")
     if world_size > 1:
         dist.barrier()
         dist.destroy_process_group()
@@ -119,11 +121,28 @@ def requested_splits(training_args):
     return splits
 
 
+# what the replaced heads read from --static_heads_dir, per --replace_heads_with
+REPLACEMENT_FILES = {"constant": "avgs.pt", "mean_output": "mean_outputs.pt"}
+
+
+def load_replacements(model_args, config):
+    """The constant matrices (avgs.pt) or, with --replace_heads_with mean_output, the mean head outputs."""
+    shape = (config.num_hidden_layers, config.num_attention_heads)
+    if model_args.replace_heads_with == "mean_output":
+        return load_mean_outputs(model_args.static_heads_dir, *shape, head_dim(config))
+    return load_constant_matrices(model_args.static_heads_dir, *shape)
+
+
 def heads_to_replace(model_args, config):
-    """(constant matrices or None, static heads {layer: [heads]}, mix_all_heads), validated."""
+    """(constant matrices, mean outputs with --replace_heads_with mean_output, or None; static heads {layer:
+    [heads]}; mix_all_heads), validated."""
     num_layers, num_heads = config.num_hidden_layers, config.num_attention_heads
     k = model_args.static_heads_num
     check_static_heads_num(k, num_layers, num_heads)  # before anything else: k < 0 must not pass as "no heads"
+    if model_args.replace_heads_with == "mean_output" and (
+            model_args.sort_calculating or model_args.grad_for_classifier_and_static_only):
+        flag = "--sort_calculating" if model_args.sort_calculating else "--grad_for_classifier_and_static_only"
+        raise PapaError(f"{flag} works on constant matrices; drop it or --replace_heads_with mean_output")
     if model_args.sort_calculating:
         if not model_args.static_heads_dir:
             raise PapaError("--sort_calculating needs --static_heads_dir (the folder holding avgs.pt)")
@@ -139,14 +158,14 @@ def heads_to_replace(model_args, config):
     if k > 0:
         ranking = load_sorted_heads(model_args.sorting_heads_dir, num_layers, num_heads)
         static = first_k_heads(ranking, k, num_layers, num_heads)
-    return load_constant_matrices(model_args.static_heads_dir, num_layers, num_heads), static, False
+    return load_replacements(model_args, config), static, False
 
 
-def check_heads_setup(constants, mix, mode, max_seq_length, do_train):
-    """The constant matrices fit T, and the training mode fits what is being replaced."""
-    if constants is not None and constants.shape[-1] != max_seq_length:
-        raise PapaError(f"avgs.pt was computed at length {constants.shape[-1]} but --max_seq_length is "
-                        f"{max_seq_length}; use --max_seq_length {constants.shape[-1]} or recompute avgs.pt")
+def check_heads_setup(constants, mix, mode, max_seq_length, do_train, name="avgs.pt"):
+    """The constant matrices (or mean outputs, `name`) fit T, and the training mode fits what is being replaced."""
+    if constants is not None and constants.shape[2] != max_seq_length:
+        raise PapaError(f"{name} was computed at length {constants.shape[2]} but --max_seq_length is "
+                        f"{max_seq_length}; use --max_seq_length {constants.shape[2]} or recompute {name}")
     if mix and not do_train:
         raise PapaError("--sort_calculating ranks heads by training their mixing weights: add --do_train")
     if mode == "grad_for_classifier_and_static_only" and constants is None:
@@ -163,9 +182,10 @@ def probing_datasets(task, datasets, tokenizer, label_list, data_args, pad, trai
     limits.update({split: data_args.max_eval_samples for split, _, _ in task.eval_splits})
     limits.update({split: data_args.max_predict_samples for split, _, _ in task.test_splits})
     selected = DatasetDict({split: first_examples(d, limits.get(split)) for split, d in datasets.items()})
-    tokenized = tokenize_dataset(task, selected, tokenizer, label_list, data_args.max_seq_length,
-                                 data_args.use_papa_preprocess, pad, data_args.label_all_tokens,
-                                 data_args.original_token_types, data_args.preprocessing_num_workers)
+    tokenized = tokenize_cached(task, selected, tokenizer, label_list, data_args.max_seq_length,
+                                data_args.use_papa_preprocess, pad, data_args.label_all_tokens,
+                                data_args.original_token_types, data_args.preprocessing_num_workers,
+                                overwrite=data_args.overwrite_cache)
     return {"train": tokenized["train"] if training_args.do_train else None,
             "eval": {prefix: tokenized[split] for split, _, prefix in task.eval_splits
                      if training_args.do_eval and split in tokenized},
@@ -241,7 +261,8 @@ def run_probing(task, model_args, data_args, training_args):
         config_name=model_args.config_name, tokenizer_name=model_args.tokenizer_name,
         revision=model_args.model_revision, token=model_args.token, use_fast=model_args.use_fast_tokenizer)
     constants, static_heads, mix = heads_to_replace(model_args, config)
-    check_heads_setup(constants, mix, mode, data_args.max_seq_length, training_args.do_train)
+    check_heads_setup(constants, mix, mode, data_args.max_seq_length, training_args.do_train,
+                      REPLACEMENT_FILES[model_args.replace_heads_with])
     set_seed(training_args.seed)
 
     # constant matrices and the freeze-extract pooler are defined per position: pad everything to T
@@ -249,10 +270,13 @@ def run_probing(task, model_args, data_args, training_args):
     data = probing_datasets(task, datasets, tokenizer, label_list, data_args, pad, training_args)
 
     num_constant = sum(len(h) for h in static_heads.values())
-    stage(f"{task.name}: {path}, {'mixing all heads (ranking run)' if mix else f'{num_constant} constant heads'}, "
+    means = constants if model_args.replace_heads_with == "mean_output" else None
+    replaced = f"{num_constant} {'mean-output' if means is not None else 'constant'} heads"
+    stage(f"{task.name}: {path}, {'mixing all heads (ranking run)' if mix else replaced}, "
           f"mode={mode or 'full fine-tuning'}, T={data_args.max_seq_length}")
-    model = build_model(task.model_class, config, path, constants, static_heads, mix,
-                        data_args.max_seq_length if model_args.use_freeze_extract_pooler else None, model_args.cache_dir)
+    model = build_model(task.model_class, config, path, None if means is not None else constants, static_heads, mix,
+                        data_args.max_seq_length if model_args.use_freeze_extract_pooler else None, model_args.cache_dir,
+                        mean_outputs=means)
     logger.info("trainable parameters: %s", ", ".join(set_trainable(model, mode)))
     trainer = make_trainer(task, model, tokenizer, label_list, pad, data["train"], data["eval"], data_args,
                            training_args)

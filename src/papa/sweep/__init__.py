@@ -3,12 +3,16 @@
     defaults.py  hyper-parameters per task, which k to probe, the flags the sweep owns
     stages.py    a stage: its command, its stamp and fingerprint (resuming), running it
     child.py     a stage's process: log.txt, its progress line, the tail of a failure
+    controls.py  the control runs beside PAPA's: uniform, random_order, mean_output
     results.py   eval_results.json of every k → results.csv, results.md, the figures
     run.py       run_sweep: settings → stages → results
+    grid.py      run_grid: every model x task, each a sweep in its own folder, then the summary
+    summary.py   the grid's summary.csv, summary.md, summary.png
 
 Entry point: `papa-sweep` (papa.cli.sweep, papa_scripts/run_papa_sweep.py).
 """
 
+from .grid import run_grid
 from .run import run_sweep
 
-__all__ = ["run_sweep"]
+__all__ = ["run_grid", "run_sweep"]

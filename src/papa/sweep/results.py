@@ -1,13 +1,22 @@
-"""The sweep's results: every `k_<k>/eval_results.json` → results.csv, results.md and the figures."""
+"""The sweep's results: every `k_<k>/eval_results.json` (and the controls' runs) → results.csv, results.md
+and the figures.
+
+The controls (papa.sweep.controls) add, per main metric, a column of their value and one of its
+relative change against PAPA's k = 0 run (the run they share); results.md shows them in a second
+table, and the stages' wall times (from their stage.json) in a third.
+"""
 
 import csv
 import io
 import json
 import math
 import os
+from dataclasses import dataclass
 
 from ..errors import PapaError
 from ..io import save_text
+from .controls import CONTROLS, run_folder
+from .stages import STAMP
 
 # eval_* keys that describe the run rather than the model's quality
 NON_METRIC_SUFFIXES = ("runtime", "samples_per_second", "steps_per_second", "samples", "loss", "epoch")
@@ -124,26 +133,107 @@ def results_markdown(columns, rows, title, total_heads, warning=None):
     return "\n".join(lines)
 
 
-def write_results(output_dir, task, ks, total_heads, model_name):
-    """results.csv, results.md, results.png, lambdas.png, constant_matrices.png; returns (markdown, warning)."""
+def add_control_columns(columns, rows, control_results, task):
+    """Append, for each control ({name: {k: eval_results}}) and main metric, `<name>_eval_<metric>` and
+    `rel_change_<name>_eval_<metric>` (against PAPA's k = 0 value, the run every control shares)."""
+    mains = [f"eval_{m}" for m in task.main_metrics if f"eval_{m}" in columns]
+    reference = next((r for r in rows if r["k"] == 0), {})
+    for name, by_k in control_results.items():
+        for metric in mains:
+            value_column, change_column = f"{name}_{metric}", f"rel_change_{name}_{metric}"
+            columns += [value_column, change_column]
+            for row in rows:
+                value = by_k.get(row["k"], {}).get(metric)
+                row[value_column] = value
+                row[change_column] = relative_change(value, reference.get(metric))
+    return columns, rows
+
+
+def controls_markdown(rows, task, controls):
+    """The controls' table: per k, the first main metric of PAPA and of each control, with its change."""
+    metric = f"eval_{task.main_metrics[0]}"
+
+    def cell(value, change):
+        return "–" if value is None else f"{value:.4f} ({'–' if change is None else f'{100 * change:+.1f}%'})"
+
+    lines = [f"## Controls: {metric[len('eval_'):]} (change vs k=0)", "",
+             "| k | constant heads (fraction) | PAPA | " + " | ".join(CONTROLS[c].label for c in controls) + " |",
+             "|" + " ---: |" * (3 + len(controls))]
+    for row in rows:
+        cells = [cell(row.get(metric), row.get(f"rel_change_{metric}"))]
+        cells += [cell(row.get(f"{c}_{metric}"), row.get(f"rel_change_{c}_{metric}")) for c in controls]
+        lines.append(f"| {row['k']} | {row['fraction_constant']:.3f} | " + " | ".join(cells) + " |")
+    lines += ["", "uniform: the replaced heads attend equally to every real token (constant matrices of ones); "
+                  "random order: the heads are taken in a seeded random order (random_order/), not the ranking; "
+                  "mean output: the replaced heads output their training-set mean (avgs/mean_outputs.pt). "
+                  "Every change is against the same k=0 run; k=0 (and, for random order, k = all heads) is "
+                  "PAPA's own run.", ""]
+    return "\n".join(lines)
+
+
+def stage_times(stages):
+    """[(stage name, seconds)] from each finished stage's stage.json (the time it took when it ran)."""
+    times = []
+    for stage in stages:
+        try:
+            with open(os.path.join(stage.folder, STAMP)) as f:
+                seconds = json.load(f).get("seconds")
+        except (OSError, ValueError, AttributeError):
+            seconds = None
+        times.append((stage.name, seconds))
+    return times
+
+
+def times_markdown(times):
+    known = [s for _, s in times if s is not None]
+    lines = ["## Stage times", ""] + [f"- {name}: {'–' if s is None else f'{s:.1f} s'}" for name, s in times]
+    lines += [f"- total: {sum(known):.1f} s", "",
+              "Each stage's wall time when it ran (from its stage.json): a stage skipped as up to date keeps the time "
+              "of the run that made it.", ""]
+    return "\n".join(lines)
+
+
+@dataclass
+class Results:
+    """A sweep's results, as written: the table, its markdown, the warning, and what a grid summary needs."""
+
+    columns: list
+    rows: list
+    markdown: str
+    warning: str | None
+    eval_samples: int | None  # evaluation examples of the k = 0 run
+
+
+def write_results(plan, model_name, stages=()):
+    """results.csv, results.md, results.png, lambdas.png, constant_matrices.png for `plan` (papa.sweep.run.Plan)."""
     from .. import plots
 
-    k_results = {k: read_eval_results(os.path.join(output_dir, f"k_{k}")) for k in ks}
+    output_dir, task, total_heads = plan.output_dir, plan.task, plan.total_heads
+    k_results = {k: read_eval_results(os.path.join(output_dir, f"k_{k}")) for k in plan.ks}
     columns, rows = build_results(k_results, task, total_heads)
+    control_results = {c: {k: read_eval_results(os.path.join(output_dir, run_folder(c, k, total_heads)))
+                           for k in plan.ks} for c in plan.controls}
+    columns, rows = add_control_columns(columns, rows, control_results, task)
     save_text(results_csv(columns, rows), os.path.join(output_dir, "results.csv"))
     title = f"PAPA sweep: {model_name} on {task.name}"
     warning = chance_warning(task, rows)
-    markdown = results_markdown(columns, rows, title, total_heads, warning)
+    papa_columns = [c for c in columns if not any(c.startswith((f"{n}_", f"rel_change_{n}_")) for n in plan.controls)]
+    markdown = results_markdown(papa_columns, rows, title, total_heads, warning)
+    if plan.controls:
+        markdown += "\n" + controls_markdown(rows, task, plan.controls)
+    if stages:
+        markdown += "\n" + times_markdown(stage_times(stages))
     save_text(markdown, os.path.join(output_dir, "results.md"))
 
-    main = task.main_metrics[0]
+    main = f"eval_{task.main_metrics[0]}"
     avgs_pt = os.path.join(output_dir, "avgs", "avgs.pt")
     sort_dir = os.path.join(output_dir, "sort")
-    plots.plot_results([r["k"] for r in rows], [r.get(f"eval_{main}") for r in rows], main, total_heads,
-                       title, os.path.join(output_dir, "results.png"), chance=task.chance)
+    lines = {CONTROLS[c].label: [r.get(f"{c}_{main}") for r in rows] for c in plan.controls}
+    plots.plot_results([r["k"] for r in rows], [r.get(main) for r in rows], main[len("eval_"):], total_heads,
+                       title, os.path.join(output_dir, "results.png"), chance=task.chance, controls=lines)
     plots.plot_lambdas(os.path.join(sort_dir, "lambdas.npy"), os.path.join(output_dir, "lambdas.png"),
                        f"Ranking run λ: {model_name} on {task.name}")
     plots.plot_constant_matrices(avgs_pt, os.path.join(sort_dir, "sorted_heads.json"),
                                  os.path.join(output_dir, "constant_matrices.png"),
                                  f"Constant matrices (avgs.pt) of the top-ranked heads: {model_name} on {task.name}")
-    return markdown, warning
+    return Results(columns, rows, markdown, warning, k_results.get(0, {}).get("eval_samples"))

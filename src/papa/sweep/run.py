@@ -3,6 +3,8 @@
     <output_dir>/avgs/   papa.cli.{glue,ner}_avgs (run_papa_*_avgs_creator.py)    → avgs.pt
     <output_dir>/sort/   papa.cli.{glue,ner} --sort_calculating                   → lambdas.npy, sorted_heads.json
     <output_dir>/k_<k>/  papa.cli.{glue,ner} --static_heads_num k                 → eval_results.json
+    <output_dir>/uniform_k_<k>/, random_k_<k>/, mean_k_<k>/   the --controls (papa.sweep.controls)
+    <output_dir>/tokenized/   each split tokenised once, shared by the stages (papa.tokenized_cache)
 
 Every stage is a subprocess (`sys.executable -m papa.cli.<command>`, what a user would type), so
 no torch state leaks from one stage to the next and the sweep works from any install.
@@ -18,6 +20,8 @@ from ..errors import PapaError
 from ..io import save_json
 from ..modeling import default_model_path
 from ..tasks import KINDS
+from ..tokenized_cache import CACHE_ENV
+from . import controls
 from .defaults import check_passthrough, default_static_heads_nums, task_defaults
 from .results import write_results
 from .stages import Stage, human, run_stage
@@ -41,6 +45,7 @@ class Plan:
     per_device_eval_batch_size: int
     avgs_batch_size: int
     evaluation_strategy: str
+    controls: tuple = ()  # names of papa.sweep.controls.CONTROLS, in the order given
 
     @property
     def total_heads(self):
@@ -92,6 +97,7 @@ def make_plan(args, task):
         per_device_eval_batch_size=defaults["per_device_eval_batch_size"],
         avgs_batch_size=defaults["avgs_batch_size"],
         evaluation_strategy=defaults["evaluation_strategy"],
+        controls=tuple(args.controls),
     )
 
 
@@ -100,7 +106,7 @@ def _epochs(n):
 
 
 def make_stages(plan, args, passthrough):
-    """The averaging stage, the ranking stage and one probing stage per k, with their flags."""
+    """The averaging stage, the ranking stage, one probing stage per k, then the controls' stages, with their flags."""
     avgs_module, train_module = (f"papa.cli.{name}" for name in KINDS[plan.task.kind]["cli"])
     avgs_script, train_script = KINDS[plan.task.kind]["scripts"]
     avgs_dir, sort_dir = os.path.join(plan.output_dir, "avgs"), os.path.join(plan.output_dir, "sort")
@@ -122,8 +128,12 @@ def make_stages(plan, args, passthrough):
                  "--seed", str(args.seed)]
     if args.max_train_samples is not None:  # average over the examples the probes are trained on
         avgs_args += ["--max_train_samples", str(args.max_train_samples)]
+    avgs_outputs = ["avgs.pt"]
+    if "mean_output" in plan.controls:  # the mean-output control's artifact comes from the same pass
+        avgs_args.append("--mean_outputs")
+        avgs_outputs.append("mean_outputs.pt")
 
-    def training_args(out, epochs, mode):
+    def training_args(out, epochs, mode, static_dir=avgs_dir):
         return [*source, *validation, "--do_train", "--do_eval", "--max_seq_length", str(plan.max_seq_length),
                 "--per_device_train_batch_size", str(plan.per_device_train_batch_size),
                 "--per_device_eval_batch_size", str(plan.per_device_eval_batch_size),
@@ -131,27 +141,31 @@ def make_stages(plan, args, passthrough):
                 "--num_train_epochs", repr(epochs), "--learning_rate", repr(plan.learning_rate),
                 "--lr_scheduler_type", "constant", "--evaluation_strategy", plan.evaluation_strategy,
                 "--save_strategy", "no", "--use_papa_preprocess", "--use_freeze_extract_pooler", "true",
-                "--static_heads_dir", avgs_dir, "--save_total_limit", "0", "--seed", str(args.seed),
+                "--static_heads_dir", static_dir, "--save_total_limit", "0", "--seed", str(args.seed),
                 *limits, *mode, *passthrough]
 
     avgs_pt = os.path.join(avgs_dir, "avgs.pt")
     sorted_json = os.path.join(sort_dir, "sorted_heads.json")
+
+    def probing(name, description, k, static_dir, ranking_dir, inputs, extra=()):
+        folder = os.path.join(plan.output_dir, name)
+        mode = ["--grad_for_classifier_only", "true", "--static_heads_num", str(k), "--sorting_heads_dir", ranking_dir,
+                *extra]
+        return Stage(name, f"{description} ({_epochs(plan.num_train_epochs)})", folder, train_module, train_script,
+                     training_args(folder, plan.num_train_epochs, mode, static_dir), inputs, ["eval_results.json"])
+
     stages = [
         Stage("avgs", f"averaging attention over the {plan.task.name} training set (T={plan.max_seq_length})",
-              avgs_dir, avgs_module, avgs_script, avgs_args, [], ["avgs.pt"]),
+              avgs_dir, avgs_module, avgs_script, avgs_args, [], avgs_outputs),
         Stage("sort", f"ranking heads (λ mixing run, {_epochs(plan.sort_num_train_epochs)})", sort_dir,
               train_module, train_script,
               training_args(sort_dir, plan.sort_num_train_epochs, ["--sort_calculating", "True"]),
               [avgs_pt], ["lambdas.npy", "sorted_heads.json", "eval_results.json"]),
     ]
     for k in plan.ks:
-        folder = os.path.join(plan.output_dir, f"k_{k}")
-        mode = ["--grad_for_classifier_only", "true", "--static_heads_num", str(k), "--sorting_heads_dir", sort_dir]
-        stages.append(Stage(f"k_{k}", f"probing with k={k} constant heads of {plan.total_heads} "
-                                      f"({_epochs(plan.num_train_epochs)})", folder, train_module, train_script,
-                            training_args(folder, plan.num_train_epochs, mode),
-                            [avgs_pt] + ([sorted_json] if k > 0 else []), ["eval_results.json"]))
-    return stages
+        stages.append(probing(f"k_{k}", f"probing with k={k} constant heads of {plan.total_heads}", k, avgs_dir,
+                              sort_dir, [avgs_pt] + ([sorted_json] if k > 0 else [])))
+    return stages + controls.control_stages(plan, probing)
 
 
 def check_training_flags(stage):
@@ -166,6 +180,7 @@ def check_training_flags(stage):
 def stage_env(args, plan):
     """The stages' environment: progress as marker lines (papa.console), unbuffered, offline when all is local."""
     env = dict(os.environ, PAPA_PROGRESS="1", PYTHONUNBUFFERED="1")
+    env[CACHE_ENV] = os.path.join(plan.output_dir, "tokenized")  # each split tokenised once per sweep
     env.setdefault("TOKENIZERS_PARALLELISM", "false")
     all_local = os.path.isdir(plan.model_path) and (plan.task.generator is not None or args.data_dir or args.train_file)
     if all_local:  # nothing to fetch: never wait on a network that may not be there
@@ -180,8 +195,53 @@ def save_sweep_json(plan, args, passthrough):
                "max_seq_length": plan.max_seq_length, "num_train_epochs": plan.num_train_epochs,
                "sort_num_train_epochs": plan.sort_num_train_epochs, "learning_rate": plan.learning_rate,
                "per_device_train_batch_size": plan.per_device_train_batch_size, "seed": args.seed,
-               "extra_args": passthrough},
+               "controls": list(plan.controls), "extra_args": passthrough},
               os.path.join(plan.output_dir, "sweep.json"), indent=2)
+
+
+@dataclass(frozen=True)
+class Prepared:
+    """A sweep checked and laid out, not yet run (papa.sweep.grid prepares every pair before running any)."""
+
+    args: object  # SweepArguments
+    plan: Plan
+    stages: list
+    passthrough: list
+    model_name: str
+
+
+def prepare_sweep(args, task, passthrough=()):
+    """Check everything and lay out the stages, before any heavy work: bad input raises PapaError here."""
+    passthrough = shlex.split(args.extra_args) + list(passthrough)
+    check_passthrough(passthrough)
+    plan = make_plan(args, task)
+    stages = make_stages(plan, args, passthrough)
+    check_training_flags(stages[1])
+    return Prepared(args, plan, stages, passthrough, model_display_name(args.model_name_or_path))
+
+
+def execute_sweep(prepared):
+    """Run (or resume) a prepared sweep: its stages, then its results; returns the papa.sweep.results.Results."""
+    args, plan, model_name = prepared.args, prepared.plan, prepared.model_name
+    os.makedirs(plan.output_dir, exist_ok=True)
+    shown = f"; controls: {' '.join(plan.controls)}" if plan.controls else ""
+    print(f"[sweep] PAPA sweep: {model_name}, {plan.layers} layers x {plan.heads_per_layer} heads = "
+          f"{plan.total_heads}; task {plan.task.name}; k = {' '.join(map(str, plan.ks))}{shown}; "
+          f"output in {plan.output_dir}", flush=True)
+    save_sweep_json(plan, args, prepared.passthrough)
+    controls.write_artifacts(plan.output_dir, plan.controls, plan.layers, plan.heads_per_layer, plan.max_seq_length,
+                             args.seed)
+    start, env = time.monotonic(), stage_env(args, plan)
+    for index, stage in enumerate(prepared.stages, 1):
+        run_stage(stage, index, len(prepared.stages), plan.output_dir, env, verbose=args.verbose)
+
+    results = write_results(plan, model_name, prepared.stages)
+    print("\n" + results.markdown, flush=True)
+    if results.warning:
+        print(f"[sweep] warning: {results.warning}", flush=True)
+    print(f"[sweep] finished in {human(time.monotonic() - start)}: results.csv, results.md, results.png, "
+          f"lambdas.png, constant_matrices.png in {plan.output_dir}", flush=True)
+    return results
 
 
 def run_sweep(args, task, passthrough=()):
@@ -189,26 +249,6 @@ def run_sweep(args, task, passthrough=()):
 
     `passthrough`: flags for every training run, after the sweep's own (so they override its defaults).
     """
-    passthrough = shlex.split(args.extra_args) + list(passthrough)
-    check_passthrough(passthrough)
-    plan = make_plan(args, task)
-    stages = make_stages(plan, args, passthrough)
-    check_training_flags(stages[1])
-
-    os.makedirs(plan.output_dir, exist_ok=True)
-    model_name = model_display_name(args.model_name_or_path)
-    print(f"[sweep] PAPA sweep: {model_name}, {plan.layers} layers x {plan.heads_per_layer} heads = "
-          f"{plan.total_heads}; task {task.name}; k = {' '.join(map(str, plan.ks))}; output in {plan.output_dir}",
-          flush=True)
-    save_sweep_json(plan, args, passthrough)
-    start, env = time.monotonic(), stage_env(args, plan)
-    for index, stage in enumerate(stages, 1):
-        run_stage(stage, index, len(stages), plan.output_dir, env, verbose=args.verbose)
-
-    markdown, warning = write_results(plan.output_dir, task, plan.ks, plan.total_heads, model_name)
-    print("\n" + markdown, flush=True)
-    if warning:
-        print(f"[sweep] warning: {warning}", flush=True)
-    print(f"[sweep] finished in {human(time.monotonic() - start)}: results.csv, results.md, results.png, "
-          f"lambdas.png, constant_matrices.png in {plan.output_dir}", flush=True)
-    return os.path.join(plan.output_dir, "results.csv")
+    prepared = prepare_sweep(args, task, passthrough)
+    execute_sweep(prepared)
+    return os.path.join(prepared.plan.output_dir, "results.csv")

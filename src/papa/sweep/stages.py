@@ -121,8 +121,10 @@ def run_stage(stage, index, total, output_dir, env, verbose=False):
         line.end(f"failed after {human(seconds)}")
         if not verbose:
             show_tail(tail, log_path)
-        raise PapaError(f"{stage.description} failed (exit status {returncode}; its log: {log_path}). "
-                        f"Fix the cause and re-run the sweep: finished stages are kept")
+        # the stage's own one-line error (papa.errors), if it gave one, names the cause
+        cause = next((t[len("error: "):] for t in reversed(tail) if t.startswith("error: ")), None)
+        raise PapaError(f"{stage.description} failed{f': {cause}' if cause else ''} (exit status {returncode}; "
+                        f"its log: {log_path}). Fix the cause and re-run the sweep: finished stages are kept")
     missing = [o for o in stage.outputs if not os.path.isfile(os.path.join(stage.folder, o))]
     if missing:
         line.end("failed")

@@ -1,0 +1,103 @@
+"""The sweep's controls: probing runs beside PAPA's, at the same k, that say what its result means.
+
+    uniform       `uniform/avgs.pt` of ones: after norm(C·P) each replaced head attends equally to
+                  every real token, through the same pipeline with no positional prior. Tells how
+                  much of the average matrix's value is its structure.
+    random_order  `random_order/sorted_heads.json`: every head in a seeded random order (the seed
+                  and how the order was drawn in `random_order/random_order.json`) instead of the
+                  λ ranking. Tells whether the ranking run earns its cost.
+    mean_output   the averaging stage also writes `avgs/mean_outputs.pt`, and the replaced heads
+                  output their training-set mean context vector per position (`--replace_heads_with
+                  mean_output`; Q/K pruned as for constant heads). Tells how much the heads'
+                  value-dependent mixing matters once attention is constant.
+
+A control's runs are ordinary probing stages in `<prefix>_k_<k>/` (uniform_k_36, random_k_36,
+mean_k_36), with the same stamps and fingerprints as PAPA's, its artifact among the fingerprinted
+inputs. k = 0 replaces no head, so every control shares PAPA's `k_0/`; random_order also shares PAPA's
+run at k = all heads (the same set of heads, whatever their order). A control's relative change is
+measured against that same k = 0 run.
+"""
+
+import os
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from ..arguments import SWEEP_CONTROLS
+from ..io import save_json, save_tensor
+
+
+@dataclass(frozen=True)
+class Control:
+    name: str  # the --controls value
+    prefix: str  # its stage folders: <prefix>_k_<k>
+    label: str  # in tables and figures
+    doing: str  # what its replaced heads do, for the stage's console line
+
+
+CONTROLS = {c.name: c for c in (
+    Control("uniform", "uniform", "uniform", "attend uniformly"),
+    Control("random_order", "random", "random order", "taken in a random order"),
+    Control("mean_output", "mean", "mean output", "output their mean"),
+)}
+assert tuple(CONTROLS) == SWEEP_CONTROLS
+
+UNIFORM_DIR, RANDOM_DIR = "uniform", "random_order"
+
+
+def shares_papa_run(control, k, total_heads):
+    """True when the control at k is PAPA's own run: no head replaced, or (random order) all of them."""
+    return k == 0 or (control == "random_order" and k == total_heads)
+
+
+def run_folder(control, k, total_heads):
+    """The stage folder (under the sweep's output folder) whose eval_results.json is the control at k
+    (PAPA itself for control None)."""
+    if control is None or shares_papa_run(control, k, total_heads):
+        return f"k_{k}"
+    return f"{CONTROLS[control].prefix}_k_{k}"
+
+
+def random_order(layers, heads, seed):
+    """Every head [layer, head] once, in the order of a seeded random permutation."""
+    order = np.random.default_rng(seed).permutation(layers * heads)
+    return [[int(i // heads), int(i % heads)] for i in order]
+
+
+def write_artifacts(output_dir, controls, layers, heads, seq_len, seed):
+    """The files the controls' stages read (atomically; the same inputs give the same bytes, so a rewrite
+    leaves their stages up to date)."""
+    if "uniform" in controls:
+        save_tensor(torch.ones(layers, heads, seq_len, seq_len), os.path.join(output_dir, UNIFORM_DIR, "avgs.pt"))
+    if "random_order" in controls:
+        folder = os.path.join(output_dir, RANDOM_DIR)
+        save_json(random_order(layers, heads, seed), os.path.join(folder, "sorted_heads.json"))
+        save_json({"seed": seed, "order": "numpy.random.default_rng(seed).permutation(layers * heads); "
+                                          "head i is [i // heads, i % heads]", "layers": layers, "heads": heads},
+                  os.path.join(folder, "random_order.json"), indent=2)
+
+
+def control_stages(plan, probing):
+    """The controls' probing stages, after PAPA's: `probing(name, description, k, static_dir, sort_dir, inputs,
+    extra_flags)` builds one (papa.sweep.run.make_stages)."""
+    out = plan.output_dir
+    avgs_dir, sort_dir = os.path.join(out, "avgs"), os.path.join(out, "sort")
+    ranking = os.path.join(sort_dir, "sorted_heads.json")
+    setups = {  # (folder of the matrices, folder of the ranking, fingerprinted inputs, extra flags)
+        "uniform": (os.path.join(out, UNIFORM_DIR), sort_dir, [os.path.join(out, UNIFORM_DIR, "avgs.pt"), ranking], []),
+        "random_order": (avgs_dir, os.path.join(out, RANDOM_DIR),
+                         [os.path.join(avgs_dir, "avgs.pt"), os.path.join(out, RANDOM_DIR, "sorted_heads.json")], []),
+        "mean_output": (avgs_dir, sort_dir, [os.path.join(avgs_dir, "mean_outputs.pt"), ranking],
+                        ["--replace_heads_with", "mean_output"]),
+    }
+    stages = []
+    for name in plan.controls:
+        control = CONTROLS[name]
+        static_dir, ranking_dir, inputs, extra = setups[name]
+        for k in plan.ks:
+            if not shares_papa_run(name, k, plan.total_heads):
+                stages.append(probing(run_folder(name, k, plan.total_heads),
+                                      f"{control.label} control: k={k} heads {control.doing}",
+                                      k, static_dir, ranking_dir, inputs, extra))
+    return stages

@@ -1,0 +1,159 @@
+"""Several models x tasks in one run: a sweep per pair, each in its own resumable folder, then a summary.
+
+    <output_dir>/<model>/<task>/                  one complete sweep (papa.sweep.run), as a single run makes it
+    <output_dir>/summary.csv, summary.md, summary.png   papa.sweep.summary
+
+One model and one task is a plain sweep, as before the grid existed. With several, every pair is
+checked and laid out before the first stage runs (task names, model configs, data folders, flags),
+so bad input stops the grid at once; a pair that fails while running is reported in the summary,
+the others still run, and the grid ends with one error line (exit status 2). Re-running skips what
+is finished, pair by pair and stage by stage.
+
+With several tasks `--data_dir` is a root holding one folder per task under its official name
+(CoLA, SST-2, MRPC, QQP, STS-B, MNLI, QNLI, RTE, WNLI; conll2003 for ner, pos and chunk), directly
+or one level down: `../shared/data` holds `glue/CoLA` and `conll2003`.
+"""
+
+import dataclasses
+import os
+import sys
+import time
+from pathlib import Path
+
+from ..errors import PapaError
+from ..custom import resolve_task
+from .run import execute_sweep, model_display_name, prepare_sweep, run_sweep
+from .stages import human
+from .summary import PairOutcome, write_summary
+
+TOKEN_TASKS_FOLDER = "conll2003"
+
+
+def task_folder_name(task):
+    """The task's official folder name (CoLA, SST-2, ..., conll2003); None for built-in tasks."""
+    if task.generator is not None:
+        return None
+    return task.glue_folder or (TOKEN_TASKS_FOLDER if task.kind == "token" else None)
+
+
+def holds_task_files(folder, task):
+    """True when `folder` holds the task's training file itself (train.tsv; CoNLL train.txt/.conll)."""
+    names = ("train.txt", "train.conll") if task.kind == "token" else ("train.tsv",)
+    return any((Path(folder) / name).is_file() for name in names)
+
+
+def _child(folder, name):
+    """`folder`/`name`, matching the name case-insensitively; None when absent."""
+    try:
+        entries = sorted(os.listdir(folder))
+    except OSError:
+        return None
+    match = name if name in entries else next((e for e in entries if e.lower() == name.lower()), None)
+    return os.path.join(folder, match) if match and os.path.isdir(os.path.join(folder, match)) else None
+
+
+def resolve_data_dir(root, task, several_tasks):
+    """The folder of `task`'s files under --data_dir `root`.
+
+    The built-in tasks need none (None). With one task, `root` itself when it holds the task's
+    training file (as before the grid); otherwise, or with several tasks, the task's official folder
+    directly under `root`, else one level down. One task and nothing found: `root` as given (the
+    stage names what it lacks). Several tasks and nothing found, or two candidates one level down:
+    a PapaError listing what was looked for.
+    """
+    if task.generator is not None or root is None:
+        return None
+    root = os.path.abspath(root)
+    if not os.path.isdir(root):
+        raise PapaError(f"--data_dir {root} is not a folder")
+    if not several_tasks and holds_task_files(root, task):
+        return root
+    name = task_folder_name(task)
+    direct = _child(root, name)
+    if direct:
+        return direct
+    below = [found for sub in sorted(os.listdir(root)) if os.path.isdir(os.path.join(root, sub))
+             for found in [_child(os.path.join(root, sub), name)] if found]
+    if len(below) == 1:
+        return below[0]
+    if len(below) > 1:
+        raise PapaError(f"--data_dir {root}: {task.name} has several folders ({', '.join(below)}); keep one, "
+                        f"or run that task alone with its folder as --data_dir")
+    if not several_tasks:
+        return root
+    raise PapaError(f"--data_dir {root} has no folder for {task.name}: looked for {os.path.join(root, name)} and "
+                    f"{os.path.join(root, '*', name)}; put the task's files there (official name {name}) or leave "
+                    f"{task.name} out of --task_name")
+
+
+def model_folder_name(model_name_or_path):
+    """A pair folder's model part: the bundled MiniLM's name, a folder's name, or a hub name's last part."""
+    if model_name_or_path is None:
+        return "all-MiniLM-L6-v2"
+    return os.path.basename(os.path.normpath(model_name_or_path)) or "model"
+
+
+def check_grid_flags(args, tasks):
+    if len(tasks) > 1:
+        for flag in ("train_file", "validation_file"):
+            if getattr(args, flag):
+                raise PapaError(f"--{flag} names one task's file; with several tasks use --data_dir (a root with a "
+                                "folder per task)")
+    folders = [model_folder_name(m) for m in args.model_names]
+    clash = sorted({f for f in folders if folders.count(f) > 1})
+    if clash:
+        raise PapaError(f"several models would share the folder {clash[0]!r} under --output_dir; give their folders "
+                        "distinct names")
+
+
+def run_grid(args, passthrough=()):
+    """Run the sweep for every model x task of SweepArguments `args` (one pair: a plain sweep, as before)."""
+    # no --task_name but --train_file: a custom sequence task read off the file (papa.custom)
+    tasks = [resolve_task(None, name, args.train_file, cache_dir=args.cache_dir) for name in args.task_names]
+    tasks = list({t.name: t for t in tasks}.values())
+    models = args.model_names
+    if len(tasks) == 1 and len(models) == 1:
+        if args.data_dir and not args.train_file:  # a root works for one task too
+            args = dataclasses.replace(args, data_dir=resolve_data_dir(args.data_dir, tasks[0], False))
+        return run_sweep(args, tasks[0], passthrough)
+
+    check_grid_flags(args, tasks)
+    output_dir = os.path.abspath(args.output_dir or os.path.join("outputs", "papa_grid"))
+    data_dirs = {t.name: resolve_data_dir(args.data_dir, t, len(tasks) > 1) for t in tasks}
+    pairs = []  # every pair prepared (checked) before any runs
+    for model in models:
+        for task in tasks:
+            pair_args = dataclasses.replace(
+                args, model_name_or_path=model, task_name=task.name, data_dir=data_dirs[task.name],
+                output_dir=os.path.join(output_dir, model_folder_name(model), task.name))
+            try:
+                pairs.append(prepare_sweep(pair_args, task, passthrough))
+            except PapaError as err:
+                raise PapaError(f"{model_display_name(model)} x {task.name}: {err}") from None
+
+    os.makedirs(output_dir, exist_ok=True)
+    print(f"[grid] {len(models)} model(s) x {len(tasks)} task(s) = {len(pairs)} sweeps; output in {output_dir}",
+          flush=True)
+    start, outcomes = time.monotonic(), []
+    for index, pair in enumerate(pairs, 1):
+        plan = pair.plan
+        name = f"{pair.model_name} x {plan.task.name}"
+        print(f"\n[grid] {index}/{len(pairs)} {name}", flush=True)
+        outcome = PairOutcome(pair.model_name, plan.task, plan.total_heads, plan.ks, plan.controls)
+        try:
+            outcome.results = execute_sweep(pair)
+        except PapaError as err:  # a failed stage: report it, go on with the other pairs
+            outcome.error = str(err)
+            print(f"[grid] {name} failed: {err}", file=sys.stderr, flush=True)
+        outcomes.append(outcome)
+
+    markdown = write_summary(output_dir, outcomes)
+    print("\n" + markdown, flush=True)
+    failed = [o for o in outcomes if o.results is None]
+    print(f"[grid] finished in {human(time.monotonic() - start)}: summary.csv, summary.md"
+          f"{', summary.png' if len(failed) < len(outcomes) else ''} in {output_dir}", flush=True)
+    if failed:
+        names = ", ".join(f"{o.model} x {o.task.name}" for o in failed)
+        raise PapaError(f"{len(failed)} of {len(outcomes)} sweeps failed ({names}); summary.md lists why and each "
+                        "stage's log.txt has the details. Fix the cause and re-run: finished stages are skipped")
+    return os.path.join(output_dir, "summary.csv")

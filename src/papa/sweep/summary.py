@@ -1,0 +1,207 @@
+"""A grid's summary across models and tasks: summary.csv, summary.md and summary.png.
+
+Per pair (model, task) the score of the task's first main metric at k = 0 and, at each k, the
+score and its relative change (score − score at k=0) / |score at k=0| — for PAPA and for each
+control, all against the same k = 0 run. Per model, the mean relative change across its tasks at
+each k, and the headline: at ½ of the heads (k = round(heads / 2), the sweep's default) and at all
+heads constant. A failed pair is listed with its error and left out of the means.
+
+A standard error comes with each score where a formula exists: √(p(1−p)/n) for accuracies,
+√((1−r²)/(n−2)) for correlations (Matthews, Pearson, Spearman); none for F1.
+"""
+
+import csv
+import io
+import math
+import os
+from dataclasses import dataclass
+
+from ..io import save_text
+from .controls import CONTROLS
+
+CSV_COLUMNS = ["model", "task", "status", "metric", "variant", "k", "fraction_constant", "score", "se",
+               "rel_change", "eval_samples", "error"]
+CORRELATIONS = ("matthews_correlation", "pearson", "spearmanr")
+
+
+@dataclass
+class PairOutcome:
+    """One pair of a grid: what was planned, and its results (papa.sweep.results.Results) or its error."""
+
+    model: str  # display name
+    task: object  # papa.tasks.TaskSpec
+    total_heads: int
+    ks: list
+    controls: tuple = ()
+    results: object = None
+    error: str | None = None
+
+    @property
+    def metric(self):
+        return self.task.main_metrics[0]
+
+    def points(self, variant):
+        """[(k, score, relative change)] of PAPA (variant "PAPA") or of a control, every k of the pair."""
+        key = f"eval_{self.metric}" if variant == "PAPA" else f"{variant}_eval_{self.metric}"
+        return [(row["k"], row.get(key), row.get(f"rel_change_{key}")) for row in self.results.rows]
+
+
+def half_k(total_heads):
+    """The k of '½ of the heads constant': rounded half up, as the sweep's default k values."""
+    return math.floor(total_heads / 2 + 0.5)
+
+
+def standard_error(metric, score, n):
+    """Approximate standard error of a score on n evaluation examples; None without a formula."""
+    if score is None or not n:
+        return None
+    if metric.endswith("accuracy") and 0 <= score <= 1:  # accuracy, mnli-mm_accuracy
+        return math.sqrt(score * (1 - score) / n)
+    if metric in CORRELATIONS and n > 2 and -1 <= score <= 1:
+        return math.sqrt((1 - score * score) / (n - 2))
+    return None
+
+
+def variants(outcome):
+    return ["PAPA"] + list(outcome.controls)
+
+
+def summary_rows(outcomes):
+    """summary.csv's rows: one per pair, variant and k; one per failed pair."""
+    rows = []
+    for o in outcomes:
+        if o.results is None:
+            rows.append({"model": o.model, "task": o.task.name, "status": "failed", "metric": o.metric,
+                         "error": o.error or "failed"})
+            continue
+        n = o.results.eval_samples
+        for variant in variants(o):
+            for k, score, change in o.points(variant):
+                rows.append({"model": o.model, "task": o.task.name, "status": "ok", "metric": o.metric,
+                             "variant": variant, "k": k, "fraction_constant": k / o.total_heads, "score": score,
+                             "se": standard_error(o.metric, score, n), "rel_change": change, "eval_samples": n})
+    return rows
+
+
+def summary_csv(rows):
+    out = io.StringIO()
+    writer = csv.writer(out, lineterminator="\n")
+    writer.writerow(CSV_COLUMNS)
+    for row in rows:
+        values = [row.get(c) for c in CSV_COLUMNS]
+        writer.writerow(["" if v is None else repr(v) if isinstance(v, float) else v for v in values])
+    return out.getvalue()
+
+
+def mean_changes(outcomes, variant, k_of):
+    """(mean relative change over the pairs that have one at k_of(pair), number of such pairs)."""
+    changes = []
+    for o in outcomes:
+        if o.results is None or variant not in variants(o):
+            continue
+        k = k_of(o)
+        change = next((c for kk, _, c in o.points(variant) if kk == k), None)
+        if change is not None:
+            changes.append(change)
+    return (sum(changes) / len(changes) if changes else None), len(changes)
+
+
+def _pct(change):
+    return "–" if change is None else f"{100 * change:+.1f}%"
+
+
+def _score(score, se=None):
+    if score is None:
+        return "–"
+    return f"{score:.4f}" + ("" if se is None else f" ± {se:.4f}")
+
+
+def headline_markdown(by_model):
+    lines = ["## Mean relative change across tasks", "",
+             "| model | variant | ½ of the heads constant | all heads constant | tasks |",
+             "| --- | --- | ---: | ---: | ---: |"]
+    for model, outcomes in by_model.items():
+        done = [o for o in outcomes if o.results is not None]
+        for variant in (variants(done[0]) if done else ["PAPA"]):
+            half, n_half = mean_changes(outcomes, variant, lambda o: half_k(o.total_heads))
+            full, n_full = mean_changes(outcomes, variant, lambda o: o.total_heads)
+            label = variant if variant == "PAPA" else CONTROLS[variant].label
+            lines.append(f"| {model} | {label} | {_pct(half)} | {_pct(full)} | {max(n_half, n_full)} of "
+                         f"{len(outcomes)} |")
+    return lines + [""]
+
+
+def model_markdown(model, outcomes):
+    """Per task and variant: the k = 0 score (± SE), then score and change at each k; means across tasks last."""
+    ks = sorted({k for o in outcomes for k in o.ks})
+    total = outcomes[0].total_heads
+    header = ["task", "metric", "n", "k=0 (± SE)"] + [f"k={k} ({k / total:.2f})" for k in ks if k]
+    lines = [f"## {model}", "", "| " + " | ".join(header) + " |",
+             "| --- | --- | ---: |" + " ---: |" * (len(header) - 3)]
+    for o in outcomes:
+        if o.results is None:
+            error = (o.error or "").splitlines()[0][:160]
+            lines.append(f"| {o.task.name} | failed: {error} |" + " |" * (len(header) - 2))
+            continue
+        n = o.results.eval_samples
+        for variant in variants(o):
+            by_k = {k: (score, change) for k, score, change in o.points(variant)}
+            label = o.task.name if variant == "PAPA" else f"{o.task.name}, {CONTROLS[variant].label}"
+            zero = by_k.get(0, (None, None))[0]
+            cells = [label, o.metric, str(n or "–"),
+                     _score(zero, standard_error(o.metric, zero, n)) if variant == "PAPA" else "(same)"]
+            for k in ks:
+                if k:
+                    score, change = by_k.get(k, (None, None))
+                    cells.append("–" if score is None else f"{score:.4f} ({_pct(change)})")
+            lines.append("| " + " | ".join(cells) + " |")
+    done = [o for o in outcomes if o.results is not None]
+    for variant in (variants(done[0]) if done else []):
+        label = "PAPA" if variant == "PAPA" else CONTROLS[variant].label
+        means = [_pct(mean_changes(outcomes, variant, lambda o, k=k: k)[0]) for k in ks if k]
+        lines.append(f"| mean across tasks ({label}) | | | | " + " | ".join(means) + " |")
+    return lines + [""]
+
+
+def summary_markdown(outcomes):
+    by_model = {}
+    for o in outcomes:
+        by_model.setdefault(o.model, []).append(o)
+    tasks = list(dict.fromkeys(o.task.name for o in outcomes))
+    failed = [o for o in outcomes if o.results is None]
+    lines = [f"# PAPA grid: {len(by_model)} model(s) x {len(tasks)} task(s)", "",
+             "Each task's first main metric. Relative change = (score − score at k=0) / |score at k=0|, every "
+             "variant against the same k=0 run; a mean is over the tasks that finished. ± SE: approximate "
+             "standard error of the score on n evaluation examples (accuracy √(p(1−p)/n), correlations "
+             "√((1−r²)/(n−2)), none for F1).", ""]
+    lines += headline_markdown(by_model)
+    for model, pairs in by_model.items():
+        lines += model_markdown(model, pairs)
+    if failed:
+        lines += ["## Failed pairs", ""] + [f"- {o.model} × {o.task.name}: {o.error}" for o in failed] + [""]
+    return "\n".join(lines)
+
+
+def summary_panels(outcomes):
+    """plot_summary's input: per model, per task, per variant label, (fraction, relative change) points."""
+    panels = {}
+    for o in outcomes:
+        if o.results is None:
+            continue
+        tasks = panels.setdefault(o.model, {})
+        tasks[o.task.name] = {("PAPA" if v == "PAPA" else CONTROLS[v].label):
+                              [(k / o.total_heads, change) for k, _, change in o.points(v)] for v in variants(o)}
+    return list(panels.items())
+
+
+def write_summary(output_dir, outcomes):
+    """summary.csv, summary.md and (when a pair finished) summary.png in `output_dir`; returns the markdown."""
+    from .. import plots
+
+    save_text(summary_csv(summary_rows(outcomes)), os.path.join(output_dir, "summary.csv"))
+    markdown = summary_markdown(outcomes)
+    save_text(markdown, os.path.join(output_dir, "summary.md"))
+    panels = summary_panels(outcomes)
+    if panels:
+        plots.plot_summary(panels, os.path.join(output_dir, "summary.png"))
+    return markdown
