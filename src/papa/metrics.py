@@ -9,9 +9,6 @@ Trainer's compute_metrics for a task. Values are plain Python numbers so they go
 import warnings
 
 import numpy as np
-from scipy.stats import pearsonr, spearmanr
-from seqeval.metrics import accuracy_score, classification_report
-from sklearn.metrics import f1_score, matthews_corrcoef
 
 from .errors import PapaError
 from .tasks import get_task
@@ -19,12 +16,33 @@ from .tasks import get_task
 IGNORE_INDEX = -100
 
 # metric name -> f(predictions, references); predictions are class ids (scores for regression)
+# (scipy and sklearn are imported when a metric runs: they cost a second at every stage's start)
+def _f1(p, r):
+    from sklearn.metrics import f1_score
+    return float(f1_score(r, p))
+
+
+def _matthews(p, r):
+    from sklearn.metrics import matthews_corrcoef
+    return float(matthews_corrcoef(r, p))
+
+
+def _pearson(p, r):
+    from scipy.stats import pearsonr
+    return float(pearsonr(p, r)[0])
+
+
+def _spearman(p, r):
+    from scipy.stats import spearmanr
+    return float(spearmanr(p, r)[0])
+
+
 SEQUENCE_METRICS = {
     "accuracy": lambda p, r: float((p == r).mean()),
-    "f1": lambda p, r: float(f1_score(r, p)),
-    "matthews_correlation": lambda p, r: float(matthews_corrcoef(r, p)),
-    "pearson": lambda p, r: float(pearsonr(p, r)[0]),
-    "spearmanr": lambda p, r: float(spearmanr(p, r)[0]),
+    "f1": _f1,
+    "matthews_correlation": _matthews,
+    "pearson": _pearson,
+    "spearmanr": _spearman,
     "mse": lambda p, r: float(((p - r) ** 2).mean()),  # custom regression tasks, as run_glue reports them
 }
 
@@ -51,6 +69,8 @@ def compute_token_metrics(predictions: list[list[str]], references: list[list[st
     With `entity_level`, also "<TYPE>_precision/_recall/_f1/_number" per entity type, as HF run_ner's
     --return_entity_level_metrics flattens them ("_number" = count of gold entities, an int).
     """
+    from seqeval.metrics import accuracy_score, classification_report
+
     if len(predictions) != len(references) or any(len(p) != len(r) for p, r in zip(predictions, references)):
         raise PapaError("token predictions and references must have the same sentences and lengths")
     with warnings.catch_warnings():

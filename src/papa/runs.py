@@ -18,7 +18,7 @@ import os
 
 import transformers
 from datasets import DatasetDict
-from transformers import AutoModel, Trainer, default_data_collator, set_seed
+from transformers import AutoModel, default_data_collator, set_seed
 
 from .attention import head_dim, lambdas_array, load_constant_matrices, load_mean_outputs
 from .averaging import accumulate_attention, distributed_context, shard
@@ -194,6 +194,8 @@ def probing_datasets(task, datasets, tokenizer, label_list, data_args, pad, trai
 
 
 def make_trainer(task, model, tokenizer, label_list, pad, train_dataset, eval_sets, data_args, training_args):
+    from transformers import Trainer  # imported here: the averaging stage needs none of it (seconds at start-up)
+
     if pad:
         collator = default_data_collator
     elif task.kind == "token":
