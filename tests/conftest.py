@@ -16,6 +16,14 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
+if os.environ.get("PYTEST_XDIST_WORKER"):
+    # pytest -n 2 (the README's test command): one thread per worker, for it and the scripts it runs,
+    # so two workers share the two cores instead of fighting over them
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
+    import torch
+
+    torch.set_num_threads(1)
+
 REPO = Path(__file__).resolve().parents[1]
 SCRIPTS = REPO / "papa_scripts"
 SHARED_DATA = REPO.parent / "shared" / "data"

@@ -7,7 +7,6 @@ import os
 import shutil
 
 import numpy as np
-import pytest
 import torch
 from cli_fixtures import (COLA_ROWS, CONLL_SENTENCES, T, papa_flags, run_command, tiny_bert, write_cola,  # noqa: F401
                           write_conll, write_papa_inputs)

@@ -186,6 +186,31 @@ def test_a_stage_process_is_logged_and_its_progress_kept_out_of_the_log(tmp_path
     assert tail == log[-2:] and echoed == ["[papa] working\n", "oops\n"]
 
 
+@pytest.mark.slow
+def test_a_papa_stage_runs_as_a_fork_of_the_preloaded_server(tmp_path, monkeypatch):
+    """`python -m papa.cli.*` stages are forks of papa.sweep.child's fork server: they must still get the
+    stage's environment, working folder and argv, and their whole output on the log, as a subprocess would."""
+    from papa.sweep import child
+
+    if child._fork_server() is None:
+        pytest.skip("no forkserver start method on this platform (stages are subprocesses)")
+    monkeypatch.chdir(tmp_path)
+    progress = []
+    env = dict(os.environ, PAPA_PROGRESS="1")
+    command = [sys.executable, "-m", "papa.cli.glue_avgs", "--task_name", "repeat", "--max_length", "32",
+               "--max_train_samples", "8", "--per_device_train_batch_size", "4", "--output_dir", "avgs"]
+    returncode, tail = run_logged(command, env, tmp_path / "log.txt", lambda *p: progress.append(p))
+    assert returncode == 0, tail
+    assert (tmp_path / "avgs" / "avgs.pt").is_file()  # the relative --output_dir, in this test's folder
+    assert progress and progress[-1] == (2, 2)  # PAPA_PROGRESS=1 reached the stage: markers, parsed
+    log = (tmp_path / "log.txt").read_text()
+    assert "[papa] wrote avgs.pt" in log and "[papa-progress]" not in log
+
+    bad = [sys.executable, "-m", "papa.cli.glue_avgs", "--task_name", "repeat", "--max_length", "32"]  # no --output_dir
+    returncode, tail = run_logged(bad, env, tmp_path / "bad.txt", lambda *p: None)
+    assert returncode == 2 and tail[-1].startswith("error: ") and "--output_dir" in tail[-1]
+
+
 def test_stage_line_on_a_terminal_and_elsewhere():
     assert not is_terminal(io.StringIO())  # a pipe, a file, a CI log: start and result lines
     for live in (True, False):

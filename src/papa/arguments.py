@@ -17,6 +17,7 @@ from typing import Literal
 from transformers import HfArgumentParser, TrainingArguments
 
 from .errors import PapaError, check_positive
+from .io import load_json_object
 from .modeling import training_mode
 
 # the sweep's control runs (papa.sweep.controls)
@@ -309,13 +310,7 @@ class SweepArguments:
 
 def json_to_argv(path):
     """The command line a JSON file of arguments stands for: {"do_train": true, "ks": [0, 72]} -> --do_train true --ks 0 72."""
-    try:
-        with open(path) as f:
-            values = json.load(f)
-    except (OSError, ValueError) as err:
-        raise PapaError(f"cannot read the arguments file {path}: {err}") from None
-    if not isinstance(values, dict):
-        raise PapaError(f"{path}: an arguments file holds one JSON object, {{\"flag\": value, ...}}")
+    values = load_json_object(path, 'an arguments file holds one JSON object, {"flag": value, ...}')
     argv = []
     for name, value in values.items():
         if value is None:

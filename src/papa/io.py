@@ -1,7 +1,7 @@
 """Atomic artifact writes: a temp file in the same folder, then `os.replace`.
 
 A run killed mid-write leaves either the previous file or none, never a truncated `avgs.pt` or
-`sorted_heads.json` that looks valid.
+`sorted_heads.json` that looks valid. (And `load_json_object`, the one way JSON files are read back.)
 """
 
 import json
@@ -42,6 +42,20 @@ def save_tensor(tensor, path):
     with atomic_path(path) as tmp:
         with open(tmp, "wb") as f:
             torch.save(tensor, f)
+
+
+def load_json_object(path, fix):
+    """The JSON object (a dict) in `path`; anything else is a PapaError ending with `fix`, what to do about it."""
+    from .errors import PapaError
+
+    try:
+        with open(path) as f:
+            value = json.load(f)
+    except (OSError, ValueError) as err:
+        raise PapaError(f"cannot read {path} ({err}); {fix}") from None
+    if not isinstance(value, dict):
+        raise PapaError(f"{path} is not a JSON object ({{\"name\": value, ...}}); {fix}")
+    return value
 
 
 def save_json(obj, path, indent=None, sort_keys=False):

@@ -13,8 +13,7 @@ import math
 import os
 from dataclasses import dataclass
 
-from ..errors import PapaError
-from ..io import save_text
+from ..io import load_json_object, save_text
 from .controls import CONTROLS, run_folder
 from .stages import STAMP
 
@@ -24,15 +23,7 @@ CHANCE_MARGIN = 0.05  # k=0 closer than this to chance: the curve is not interpr
 
 
 def read_eval_results(folder):
-    path = os.path.join(folder, "eval_results.json")
-    try:
-        with open(path) as f:
-            results = json.load(f)
-    except (OSError, ValueError) as err:
-        raise PapaError(f"cannot read {path} ({err}); delete {folder} to redo that run") from None
-    if not isinstance(results, dict):
-        raise PapaError(f"{path} is not a JSON object of metrics; delete {folder} to redo that run")
-    return results
+    return load_json_object(os.path.join(folder, "eval_results.json"), f"delete {folder} to redo that run")
 
 
 def is_quality_metric(key):

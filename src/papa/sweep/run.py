@@ -22,6 +22,7 @@ from ..modeling import default_model_path
 from ..tasks import KINDS
 from ..tokenized_cache import CACHE_ENV
 from . import controls
+from .child import start_fork_server
 from .defaults import check_passthrough, default_static_heads_nums, task_defaults
 from .results import write_results
 from .stages import Stage, human, run_stage
@@ -232,6 +233,8 @@ def execute_sweep(prepared):
     controls.write_artifacts(plan.output_dir, plan.controls, plan.layers, plan.heads_per_layer, plan.max_seq_length,
                              args.seed)
     start, env = time.monotonic(), stage_env(args, plan)
+    if any(stage.why_not_done(stage.fingerprint(plan.output_dir)) for stage in prepared.stages):
+        start_fork_server()  # the stages' imports (papa.sweep.child), while the sweep writes its files
     for index, stage in enumerate(prepared.stages, 1):
         run_stage(stage, index, len(prepared.stages), plan.output_dir, env, verbose=args.verbose)
 
