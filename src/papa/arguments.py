@@ -7,6 +7,8 @@ a value, and parse honestly: `false`, `False`, `0`, `no` are False. Each datacla
 values in `__post_init__`; a bad flag or value is a `PapaError` (one `error:` line), not argparse's
 usage dump. As in HF's example scripts, a single argument ending in `.json` is a file of arguments
 (`{"task_name": "cola", "do_train": true, ...}`).
+
+(Over 350 lines on purpose: it is the one place that lists every flag of every command, with its help.)
 """
 
 import argparse
