@@ -136,6 +136,17 @@ def hand_made_grid():
     return [cola, sst2, failed, big]
 
 
+def test_a_pair_at_chance_is_left_out_of_the_means():
+    """+300% of an MCC of 0.01 is noise: a pair whose k=0 probe is at chance (its sweep warned) is listed, not averaged."""
+    cola = outcome("cola", {"PAPA": {0: 0.01, 36: 0.02, 72: 0.04}}, samples=500)
+    cola.results = dataclasses.replace(cola.results, warning="at k=0 ... the probe learned (almost) nothing")
+    sst2 = outcome("sst2", {"PAPA": {0: 0.8, 36: 0.78, 72: 0.7}}, samples=500)
+    md = summary_markdown([cola, sst2])
+    assert "| m | PAPA | -2.5% | -12.5% | 1 of 2 |" in md  # sst2's changes alone
+    assert "| cola (k=0 at chance: not in the means) | matthews_correlation | 500 |" in md
+    assert "| mean across tasks (PAPA) | | | | -2.5% | -12.5% |" in md
+
+
 def test_summary_from_hand_made_results(tmp_path):
     outcomes = hand_made_grid()
     rows = summary_rows(outcomes)

@@ -4,7 +4,9 @@ Per pair (model, task) the score of the task's first main metric at k = 0 and, a
 score and its relative change (score − score at k=0) / |score at k=0| — for PAPA and for each
 control, all against the same k = 0 run. Per model, the mean relative change across its tasks at
 each k, and the headline: at ½ of the heads (k = round(heads / 2), the sweep's default) and at all
-heads constant. A failed pair is listed with its error and left out of the means.
+heads constant. A failed pair is listed with its error and left out of the means; so is a pair whose
+k = 0 probe is at chance (its sweep's warning): relative changes of a score near zero are noise
+(+300% of an MCC of 0.01), and would swamp the mean.
 
 A standard error comes with each score where a formula exists: √(p(1−p)/n) for accuracies,
 √((1−r²)/(n−2)) for correlations (Matthews, Pearson, Spearman); none for F1.
@@ -97,7 +99,7 @@ def mean_changes(outcomes, variant, k_of):
     """(mean relative change over the pairs that have one at k_of(pair), number of such pairs)."""
     changes = []
     for o in outcomes:
-        if o.results is None or variant not in variants(o):
+        if o.results is None or o.results.warning or variant not in variants(o):
             continue
         k = k_of(o)
         change = next((c for kk, _, c in o.points(variant) if kk == k), None)
@@ -147,6 +149,8 @@ def model_markdown(model, outcomes):
         for variant in variants(o):
             by_k = {k: (score, change) for k, score, change in o.points(variant)}
             label = o.task.name if variant == "PAPA" else f"{o.task.name}, {CONTROLS[variant].label}"
+            if o.results.warning and variant == "PAPA":
+                label += " (k=0 at chance: not in the means)"
             zero = by_k.get(0, (None, None))[0]
             cells = [label, o.metric, str(n or "–"),
                      _score(zero, standard_error(o.metric, zero, n)) if variant == "PAPA" else "(same)"]
@@ -171,7 +175,7 @@ def summary_markdown(outcomes):
     failed = [o for o in outcomes if o.results is None]
     lines = [f"# PAPA grid: {len(by_model)} model(s) x {len(tasks)} task(s)", "",
              "Each task's first main metric. Relative change = (score − score at k=0) / |score at k=0|, every "
-             "variant against the same k=0 run; a mean is over the tasks that finished. ± SE: approximate "
+             "variant against the same k=0 run; a mean is over the tasks that finished with k=0 above chance. ± SE: approximate "
              "standard error of the score on n evaluation examples (accuracy √(p(1−p)/n), correlations "
              "√((1−r²)/(n−2)), none for F1).", ""]
     lines += headline_markdown(by_model)
