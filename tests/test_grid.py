@@ -25,7 +25,8 @@ from papa.sweep import run_grid
 from papa.sweep.grid import model_folder_name, resolve_data_dir
 from papa.sweep.results import Results, add_control_columns, build_results, controls_markdown, times_markdown
 from papa.sweep.run import prepare_sweep
-from papa.sweep.summary import PairOutcome, half_k, standard_error, summary_markdown, summary_rows, write_summary
+from papa.sweep.summary import (PairOutcome, half_k, standard_error, summary_markdown, summary_panels, summary_rows,
+                                write_summary)
 from papa.tasks import get_task
 
 MODEL = "all-MiniLM-L6-v2"
@@ -145,6 +146,7 @@ def test_a_pair_at_chance_is_left_out_of_the_means():
     assert "| m | PAPA | -2.5% | -12.5% | 1 of 2 |" in md  # sst2's changes alone
     assert "| cola (k=0 at chance: not in the means) | matthews_correlation | 500 |" in md
     assert "| mean across tasks (PAPA) | | | | -2.5% | -12.5% |" in md
+    assert [list(tasks) for _, tasks in summary_panels([cola, sst2])] == [["sst2"]]  # nor in the figure
 
 
 def test_summary_from_hand_made_results(tmp_path):

@@ -187,10 +187,11 @@ def summary_markdown(outcomes):
 
 
 def summary_panels(outcomes):
-    """plot_summary's input: per model, per task, per variant label, (fraction, relative change) points."""
+    """plot_summary's input: per model, per task, per variant label, (fraction, relative change) points
+    (pairs at chance left out, as from the means: their changes are noise on a far larger scale)."""
     panels = {}
     for o in outcomes:
-        if o.results is None:
+        if o.results is None or o.results.warning:
             continue
         tasks = panels.setdefault(o.model, {})
         tasks[o.task.name] = {("PAPA" if v == "PAPA" else CONTROLS[v].label):
