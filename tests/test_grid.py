@@ -137,7 +137,7 @@ def hand_made_grid():
     return [cola, sst2, failed, big]
 
 
-def test_a_pair_at_chance_is_left_out_of_the_means():
+def test_a_pair_at_chance_is_left_out_of_the_means(tmp_path):
     """+300% of an MCC of 0.01 is noise: a pair whose k=0 probe is at chance (its sweep warned) is listed, not averaged."""
     cola = outcome("cola", {"PAPA": {0: 0.01, 36: 0.02, 72: 0.04}}, samples=500)
     cola.results = dataclasses.replace(cola.results, warning="at k=0 ... the probe learned (almost) nothing")
@@ -147,6 +147,10 @@ def test_a_pair_at_chance_is_left_out_of_the_means():
     assert "| cola (k=0 at chance: not in the means) | matthews_correlation | 500 |" in md
     assert "| mean across tasks (PAPA) | | | | -2.5% | -12.5% |" in md
     assert [list(tasks) for _, tasks in summary_panels([cola, sst2])] == [["sst2"]]  # nor in the figure
+    write_summary(str(tmp_path), [cola, sst2])
+    assert_valid_png(tmp_path / "summary.png")
+    write_summary(str(tmp_path), [cola])  # nothing to plot: no figure, and no stale one
+    assert not (tmp_path / "summary.png").exists() and (tmp_path / "summary.md").is_file()
 
 
 def test_summary_from_hand_made_results(tmp_path):

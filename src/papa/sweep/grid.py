@@ -150,8 +150,9 @@ def run_grid(args, passthrough=()):
     markdown = write_summary(output_dir, outcomes)
     print("\n" + markdown, flush=True)
     failed = [o for o in outcomes if o.results is None]
+    png = os.path.isfile(os.path.join(output_dir, "summary.png"))
     print(f"[grid] finished in {human(time.monotonic() - start)}: summary.csv, summary.md"
-          f"{', summary.png' if len(failed) < len(outcomes) else ''} in {output_dir}", flush=True)
+          f"{', summary.png' if png else ''} in {output_dir}", flush=True)
     if failed:
         names = ", ".join(f"{o.model} x {o.task.name}" for o in failed)
         raise PapaError(f"{len(failed)} of {len(outcomes)} sweeps failed ({names}); summary.md lists why and each "

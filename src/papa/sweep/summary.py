@@ -200,13 +200,16 @@ def summary_panels(outcomes):
 
 
 def write_summary(output_dir, outcomes):
-    """summary.csv, summary.md and (when a pair finished) summary.png in `output_dir`; returns the markdown."""
+    """summary.csv, summary.md and (when a pair finished above chance) summary.png in `output_dir`; returns the
+    markdown."""
     from .. import plots
 
     save_text(summary_csv(summary_rows(outcomes)), os.path.join(output_dir, "summary.csv"))
     markdown = summary_markdown(outcomes)
     save_text(markdown, os.path.join(output_dir, "summary.md"))
-    panels = summary_panels(outcomes)
+    panels, png = summary_panels(outcomes), os.path.join(output_dir, "summary.png")
     if panels:
-        plots.plot_summary(panels, os.path.join(output_dir, "summary.png"))
+        plots.plot_summary(panels, png)
+    elif os.path.exists(png):  # nothing to plot (every pair failed or is at chance): no stale figure
+        os.remove(png)
     return markdown
