@@ -1,11 +1,12 @@
-"""The original three commands on tiny random models of every new family, and the sweep on DeBERTa v1 and v2.
+"""The original three commands and the sweep on tiny random models of every new family.
 
 No pretrained DeBERTa, XLM-R, ELECTRA or ModernBERT is reachable offline: each test saves a tiny
 random model with a tokenizer of its family's kind (tests/tiny_encoders.py) to a folder, runs
 averages → ranking run → probing with k = 7 of its 12 heads constant on the built-in `repeat`
 task, then reloads the probing run's saved model and checks that it reproduces the run's own
-evaluation. DeBERTa v1 and v2 go through the sweep (each stage a subprocess, as a user runs it);
-the others call the commands in-process, which is the same code without the interpreter start-up.
+evaluation. Every family goes through the sweep (as a user runs it); XLM-R, ELECTRA and ModernBERT
+also through the three commands called in-process (the same code as the scripts, without the
+interpreter start-up).
 A DeBERTa NER run covers the token scripts with byte-level BPE words (add_prefix_space).
 """
 
@@ -76,8 +77,8 @@ def test_three_commands_on_a_tiny_family_model(tmp_path, name):
     check_saved_probing_run(out / "k_7", name)
 
 
-@pytest.mark.parametrize("name", ["deberta", "deberta-v2"])
-def test_sweep_on_a_tiny_deberta(tmp_path, name):
+@pytest.mark.parametrize("name", ["deberta", "deberta-v2", "xlm-roberta", "electra", "modernbert"])
+def test_sweep_on_a_tiny_family_model(tmp_path, name):
     model_dir = save_tiny_pretrained(name, tmp_path / "model")
     out = tmp_path / "sweep"
     # flags the sweep does not know go to the training runs: --save_total_limit 1 keeps their models
