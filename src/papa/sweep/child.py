@@ -77,7 +77,7 @@ def _fork_server():
 
 
 def start_fork_server():
-    """Start the fork server now, so that its imports overlap the sweep's own preparation."""
+    """Start the fork server now, so that its imports overlap what the sweep does before its first stage."""
     if _fork_server() is not None:
         from multiprocessing import forkserver
 
@@ -97,7 +97,7 @@ def _run_module(module, argv, env, cwd, out):
 
 
 def _start(command, env):
-    """(process, readable binary stream of its merged output, wait(), kill())."""
+    """(readable binary stream of the stage's merged output, wait() -> exit status, kill(), running())."""
     server = _fork_server()
     if server is not None and command[:2] == [sys.executable, "-m"] and command[2].startswith("papa.cli."):
         reader, writer = server.Pipe(duplex=False)  # a plain os.pipe(): the stage writes raw bytes to it

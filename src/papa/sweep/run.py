@@ -6,8 +6,9 @@
     <output_dir>/uniform_k_<k>/, random_k_<k>/, mean_k_<k>/   the --controls (papa.sweep.controls)
     <output_dir>/tokenized/   each split tokenised once, shared by the stages (papa.tokenized_cache)
 
-Every stage is a subprocess (`sys.executable -m papa.cli.<command>`, what a user would type), so
-no torch state leaks from one stage to the next and the sweep works from any install.
+Every stage runs in a process of its own, as `python -m papa.cli.<command>` (what a user would
+type) runs it: a fork of the fork server of papa.sweep.child, else a subprocess. So no torch state
+leaks from one stage to the next and the sweep works from any install.
 """
 
 import os
