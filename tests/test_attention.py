@@ -96,6 +96,8 @@ def test_layer_against_independent_numpy(impl, mix):
     wq, bq = attn.query.weight.detach().numpy().copy(), attn.query.bias.detach().numpy().copy()
     wk, bk = attn.key.weight.detach().numpy().copy(), attn.key.bias.detach().numpy().copy()
     wv, bv = attn.value.weight.detach().numpy().copy(), attn.value.bias.detach().numpy().copy()
+    projection = model.encoder.layer[1].attention.output.dense  # reads the heads' concatenated outputs
+    wo = projection.weight.detach().double().numpy().copy()
     static = {1: [0, 2]}
     papa.patch_model(model, constants, static_heads=None if mix else static, mix_all_heads=mix)
     if mix:
@@ -117,6 +119,7 @@ def test_layer_against_independent_numpy(impl, mix):
     for b in range(x.shape[0]):
         valid = mask[b].numpy().astype(np.float64)
         q, k, v = x[b] @ wq.T + bq, x[b] @ wk.T + bk, x[b] @ wv.T + bv
+        stock_context = np.zeros((x.shape[1], HIDDEN))
         for h in range(H):
             sl = slice(h * d, (h + 1) * d)
             soft = numpy_softmax_rows(q[:, sl] @ k[:, sl].T / np.sqrt(d), valid)
@@ -129,7 +132,11 @@ def test_layer_against_independent_numpy(impl, mix):
             else:
                 expected = numpy_norm(soft, valid)  # dynamic heads of a layer with constants: padded rows zeroed
             np.testing.assert_allclose(probs[b, h].numpy(), expected, rtol=1e-5, atol=1e-6)
-            np.testing.assert_allclose(context[b, :, sl].numpy(), expected @ v[:, sl], rtol=1e-4, atol=1e-5)
+            stock_context[:, sl] = expected @ v[:, sl]
+        # the heads' outputs as the output projection reads them: its input columns follow the
+        # patched layer's head layout, so compare after it (against the stock projection)
+        got = context[b].double().numpy() @ projection.weight.detach().double().numpy().T
+        np.testing.assert_allclose(got, stock_context @ wo.T, rtol=1e-4, atol=1e-5)
 
 
 @pytest.mark.parametrize("kind", ["bert", "roberta"])

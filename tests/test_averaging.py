@@ -215,3 +215,29 @@ def test_mean_outputs_of_one_example_reproduce_it(name):
         got = ablated(input_ids=ids, attention_mask=mask).logits
         want = stock(input_ids=ids, attention_mask=mask).logits
     assert_close(got[mask == 1], want[mask == 1], rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("name", FAMILY_NAMES)
+def test_averaging_a_partly_patched_model_reports_stock_head_order(name):
+    """A patched layer lays its heads out [dynamic | replaced]; the averages come back in the stock order.
+
+    Only the last layer is patched, so its dynamic heads see the stock inputs and must average as the
+    stock heads do; its mean-output heads attend nowhere and output exactly their given means.
+    """
+    from papa import patch_model
+
+    stock = tiny_family_model(name, "eager", head="base")
+    ids, mask = family_batch(name, lengths=(FT, FT))  # no padding: dynamic heads equal stock heads
+    want = accumulate_attention(stock, batches(ids, mask, 2), FT, mean_outputs=True)
+    last, replaced = FL - 1, [0, 2]  # layout [1, 3, 0, 2]: not the stock order
+    means = torch.randn(FL, FH, FT, want.output_sums.shape[-1], generator=torch.Generator().manual_seed(4))
+    patched = patch_model(copy.deepcopy(stock), static_heads={last: replaced}, mean_outputs=means)
+    got = accumulate_attention(patched, batches(ids, mask, 2), FT, mean_outputs=True)
+    for head in range(FH):
+        if head in replaced:
+            assert torch.equal(got.averages()[last, head], torch.zeros(FT, FT))
+            assert_close(got.mean_outputs()[last, head], means[last, head])
+        else:
+            assert_close(got.averages()[last, head], want.averages()[last, head], rtol=1e-5, atol=1e-6)
+            assert_close(got.mean_outputs()[last, head], want.mean_outputs()[last, head], rtol=1e-5, atol=1e-5)
+    assert_close(got.averages()[:last], want.averages()[:last], rtol=1e-5, atol=1e-6)

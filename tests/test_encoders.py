@@ -17,7 +17,7 @@ import torch
 from torch.testing import assert_close
 
 import papa
-from papa.encoders import attention_modules
+from papa.encoders import attention_modules, family_for
 from papa.errors import PapaError
 from tiny_encoders import FAMILY_NAMES, HIDDEN, H, L, T, padded_batch, tiny_model
 
@@ -192,6 +192,8 @@ def test_layer_against_independent_numpy(name, mode):
     layer_index = 1
     model = tiny_model(name, "eager", head="base")
     stock_attention = copy.deepcopy(attention_modules(model)[layer_index])
+    projection = family_for(model).output_projections(model.base_model)[layer_index]  # reads the heads' outputs
+    stock_projection = copy.deepcopy(projection)
     constants = random_constants()
     static = {layer_index: [0, 2]}
     lam = np.array([0.5, -1.0, 2.0, 0.0])
@@ -224,11 +226,13 @@ def test_layer_against_independent_numpy(name, mode):
             np.testing.assert_allclose(probs[b][:, real].numpy(), expected[:, real], rtol=1e-5, atol=1e-6)
         else:
             np.testing.assert_allclose(probs[b].numpy(), expected, rtol=1e-5, atol=1e-6)
-        context = np.einsum("hij,jhd->ihd", expected, v).reshape(T, HIDDEN)
-        if name == "modernbert":
-            module = attention_modules(model)[layer_index]
-            context = context @ np_(module.Wo.weight).T + (np_(module.Wo.bias) if module.Wo.bias is not None else 0)
-        np.testing.assert_allclose(output[b][real].numpy(), context[real], rtol=1e-4, atol=1e-5)
+        context = np.einsum("hij,jhd->ihd", expected, v).reshape(T, HIDDEN)  # stock head order
+        # the heads' outputs as the next step reads them: through the output projection, whose input
+        # columns follow the patched layer's head layout (ModernBERT's module applies it itself)
+        got, want = output[b].numpy().astype(np.float64), context @ np_(stock_projection.weight).T
+        if name != "modernbert":
+            got = got @ np_(projection.weight).T
+        np.testing.assert_allclose(got[real], want[real], rtol=1e-4, atol=1e-5)
 
 
 @pytest.mark.parametrize("name", FAMILY_NAMES)
@@ -387,6 +391,34 @@ def test_probe_save_and_reload_give_identical_logits(tmp_path, name, probe):
         got, want = got[mask == 1], want[mask == 1]
     assert_close(got, want, rtol=1e-6, atol=1e-6)
     assert type(reloaded.base_model) is type(model.base_model)
+
+
+@pytest.mark.parametrize("name", FAMILY_NAMES)
+def test_a_folder_saved_in_the_stock_head_layout_reloads(tmp_path, name):
+    """Folders written before heads were laid out [dynamic | replaced] (no config.papa["head_layout"])
+    hold value rows and output columns in the stock order; they reload to the same model."""
+    import json
+
+    from papa.modeling import build_model, load_papa_model, save_papa_model
+    from tiny_encoders import tiny_config
+
+    config = tiny_config(name)
+    model_class = type(config).__name__.replace("Config", "ForSequenceClassification")
+    static = [[0, 1], [2, 0], [2, 3]]
+    torch.manual_seed(0)
+    old = build_model(model_class, copy.deepcopy(config), None, random_constants(), static, reorder=False)
+    save_papa_model(old, tmp_path)
+    saved = json.loads((tmp_path / "config.json").read_text())
+    assert saved["papa"].pop("head_layout") == "stock"
+    (tmp_path / "config.json").write_text(json.dumps(saved))
+    torch.manual_seed(0)  # the same weights, laid out by this version
+    model = build_model(model_class, copy.deepcopy(config), None, random_constants(), static).eval()
+    reloaded = load_papa_model(str(tmp_path))
+    ids, mask = padded_batch(name)
+    assert_close(run(reloaded, ids, mask).logits, run(model, ids, mask).logits, rtol=1e-6, atol=1e-6)
+    assert reloaded.config.papa["head_layout"] == "dynamic_first"
+    with pytest.raises(PapaError, match="reorder_heads"):  # the stock layout never runs as if laid out
+        run(old, ids, mask)
 
 
 @pytest.mark.parametrize("name", ["bert", "deberta", "modernbert"])

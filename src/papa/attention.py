@@ -21,6 +21,8 @@ from .constant_math import constant_attention_output, normalized_constant  # noq
 from .encoders import PapaAttention, attention_modules, family_for
 from .errors import PapaError
 
+HEAD_LAYOUT = "dynamic_first"  # config.papa["head_layout"] of models patched by this version
+
 
 def _load_tensor(source, default_name, what, producer):
     """(tensor, description) from a tensor, a .pt file, or a folder holding `default_name`."""
@@ -104,7 +106,8 @@ def head_dim(config_or_model):
     return getattr(config, "attention_head_size", None) or config.hidden_size // config.num_attention_heads
 
 
-def patch_model(model, constant_matrices=None, static_heads=None, mix_all_heads=False, mean_outputs=None):
+def patch_model(model, constant_matrices=None, static_heads=None, mix_all_heads=False, mean_outputs=None,
+                reorder=True):
     """Install PAPA attention in a loaded encoder, in place; returns the model.
 
     Any supported family (see papa.encoders.SUPPORTED_MODEL_TYPES): bare encoder, sequence or
@@ -118,6 +121,9 @@ def patch_model(model, constant_matrices=None, static_heads=None, mix_all_heads=
     mean_outputs: instead of constant matrices, a [L, H, T, d] tensor (or `mean_outputs.pt`):
         the replaced heads output their training-set mean context vector per position (the
         mean-ablation control; no attention at all). Pass it *instead of* constant_matrices.
+    reorder: lay each layer's heads out as [dynamic | replaced] (papa/encoders/base.py): permutes
+        the value rows and the output projection's columns, recorded as config.papa["head_layout"].
+        False only to load a folder saved in the stock layout; `reorder_heads` must follow.
     """
     family = family_for(model)
     layers = attention_modules(model)
@@ -139,6 +145,7 @@ def patch_model(model, constant_matrices=None, static_heads=None, mix_all_heads=
     by_layer = {} if mix_all_heads else static_heads_by_layer(static_heads, num_layers, num_heads)
     seq_len = int(replacements.shape[2])
     reference = next(model.parameters())
+    output_projections = family.output_projections(model.base_model)
     for index, module in enumerate(layers):
         static = [] if mix_all_heads else by_layer.get(index, [])
         dynamic = [h for h in range(num_heads) if h not in static]
@@ -153,13 +160,26 @@ def patch_model(model, constant_matrices=None, static_heads=None, mix_all_heads=
         module.lambdas = nn.Parameter(torch.zeros(num_heads, device=reference.device)) if mix_all_heads else None
         band = module.papa_band(seq_len)
         module.register_buffer("papa_band_mask", None if band is None else band.to(reference.device), persistent=False)
+        if reorder:
+            module.papa_reorder_heads(output_projections[index])
+        else:
+            module.papa_layout_pending = True
     config.papa = {
         **(getattr(config, "papa", None) or {}),
         "static_heads": [[layer, head] for layer, heads in by_layer.items() for head in heads],
         "mix_all_heads": bool(mix_all_heads),
         "seq_len": seq_len,
         "head_mode": head_mode,
+        "head_layout": HEAD_LAYOUT if reorder else "stock",
     }
+    return model
+
+
+def reorder_heads(model):
+    """Lay out the heads of a model patched with `reorder=False` once its stock-layout weights are loaded."""
+    for module, projection in zip(attention_modules(model), family_for(model).output_projections(model.base_model)):
+        module.papa_reorder_heads(projection)
+    model.config.papa["head_layout"] = HEAD_LAYOUT
     return model
 
 

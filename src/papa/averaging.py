@@ -161,8 +161,11 @@ def recording(encoder, averager, valid_of_batch, mean_outputs):
 
     def output_hook(layer, num_heads):
         def hook(module, args):
-            context = args[0]  # (B, T, H·d): the heads' outputs, concatenated
-            averager.add_outputs(layer, context.view(*context.shape[:2], num_heads, -1), valid_of_batch())
+            context = args[0]  # (B, T, H·d): the heads' outputs, concatenated in the layer's head layout
+            by_head = context.view(*context.shape[:2], num_heads, -1)  # (B, T, H, d)
+            if isinstance(modules[layer], PapaAttention):
+                by_head = modules[layer].papa_stock_order(by_head, dim=2)
+            averager.add_outputs(layer, by_head, valid_of_batch())
         return hook
 
     try:

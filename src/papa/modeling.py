@@ -14,7 +14,7 @@ import torch
 import transformers
 from safetensors.torch import load_file, save_file
 
-from .attention import head_dim, patch_model
+from .attention import HEAD_LAYOUT, head_dim, patch_model, reorder_heads
 from .errors import PapaError
 from .io import atomic_path
 from .poolers import FreezeExtractForSequenceClassification, FreezeExtractForTokenClassification
@@ -67,6 +67,7 @@ def build_model(
     freeze_extract_seq_len=None,
     cache_dir=None,
     mean_outputs=None,
+    reorder=True,
 ):
     """An HF model (`model_class`, e.g. "BertForSequenceClassification" or an Auto class name)
     loaded from `model_name_or_path` (or randomly initialised from `config` when None), patched
@@ -80,7 +81,7 @@ def build_model(
         model = cls.from_pretrained(model_name_or_path, config=config, cache_dir=cache_dir)
     if constant_matrices is not None or mean_outputs is not None:
         patch_model(model, constant_matrices, static_heads=static_heads, mix_all_heads=mix_all_heads,
-                    mean_outputs=mean_outputs)
+                    mean_outputs=mean_outputs, reorder=reorder)
     if freeze_extract_seq_len is not None:
         kind = "token" if "TokenClassification" in type(model).__name__ else "sequence"
         return PROBES[kind](model, freeze_extract_seq_len)
@@ -116,10 +117,15 @@ def load_papa_model(path, device="cpu"):
             means = torch.zeros(*shape, t, head_dim(config))
         else:
             constants = torch.zeros(*shape, t, t)
+    # folders saved before heads were laid out [dynamic | replaced] hold the stock layout: load it as
+    # it is, then lay it out
+    stock_layout = "seq_len" in papa and papa.get("head_layout") != HEAD_LAYOUT
     model = build_model(papa["model_class"], config, None, constants, papa.get("static_heads"),
-                        papa.get("mix_all_heads", False), mean_outputs=means)
+                        papa.get("mix_all_heads", False), mean_outputs=means, reorder=not stock_layout)
     probe = papa.get("probe")
     if probe:
         model = PROBES[probe["kind"]](model, probe["seq_len"])
     model.load_state_dict(load_file(weights), strict=True)
+    if stock_layout:
+        reorder_heads(model)
     return model.to(device).eval()

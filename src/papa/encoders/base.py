@@ -14,6 +14,15 @@ In a layer with replaced heads the dynamic heads' probabilities also go through 
 only zeroes padded query rows, as in the original. A layer without replaced heads runs the
 family's stock computation.
 
+Head layout: in a layer that mixes dynamic and replaced heads, `patch_model` lays the heads out as
+[dynamic | replaced] once, at patch time: it permutes the rows of the value projection and the
+input columns of the output projection (the Linear that reads the heads' concatenated outputs)
+by `papa_head_order`, and the pruned Q/K rows hold the dynamic heads in that order already. Each
+group is then a contiguous slice in every step, with no per-call gather or scatter. The
+permutation is exact (the output projection sums over heads, so their order does not matter);
+attentions are returned in the stock head order, and `config.papa["head_layout"]` records the
+layout for save/reload.
+
 Two code paths compute the same thing:
 - the probabilities path materialises every head's (B, H, T, T) attention; it runs when
   attentions are requested, and in training when attention dropout is on (dropout acts on the
@@ -29,6 +38,8 @@ Adapter hooks (all take the `Call` made by `papa_call` from the stock forward's 
     papa_dynamic_context(call, v) -> (B, T, D, d)   the dynamic heads' output (fast path)
     papa_return(call, context, probs)          what the stock forward returns
     papa_prune(dynamic_heads)                  drop the projections replaced heads no longer need
+    papa_value_rows() -> [(owner, name, offset)]   where the H·d value rows live (parameters permuted
+                                               by `papa_head_order`: row offset + h·d + [0, d) of head h)
     papa_band(seq_len) -> (T, T) or None       where a constant head may attend (sliding windows)
     papa_dropout_p                             attention-probability dropout
 """
@@ -40,6 +51,7 @@ import torch.nn.functional as F
 
 from ..constant_math import constant_attention_output, mean_output, normalize_rows, normalized_constant
 from ..errors import PapaError
+from .pruning import head_rows
 
 try:  # transformers 5 records `output_attentions` through this context variable
     from transformers.utils.output_capturing import _active_collector
@@ -108,11 +120,16 @@ class PapaAttention:
     papa_band_mask (T, T) where constant heads may attend, or None (no restriction)
     papa_return_probs  True while papa.averaging records the attention (returns probabilities
                    without asking HF to collect every layer's)
+    papa_head_order    the heads' layout (module docstring); set by `papa_reorder_heads`
     """
 
     papa_return_probs = False
+    papa_head_order = None  # the stock heads in this layer's layout order; None: the stock order
+    papa_layout_pending = False  # patched without reordering (a legacy folder being loaded)
 
     def forward(self, *args, **kwargs):
+        if self.papa_layout_pending:
+            raise PapaError("this PAPA layer's heads are not laid out yet: call papa.attention.reorder_heads(model)")
         call = self.papa_call(*args, **kwargs)
         B, T, _ = call.hidden_states.shape
         self._check_length(T)
@@ -124,7 +141,8 @@ class PapaAttention:
             context, probs = self._probabilities_path(call, values, valid)
         else:
             context, probs = self._fast_path(call, values, valid), None
-        return self.papa_return(call, context, probs if want_probs else None)
+        probs = self.papa_stock_order(probs, dim=1) if want_probs else None  # (B, H, T, T)
+        return self.papa_return(call, context, probs)
 
     # ------------------------------------------------------------------ helpers
 
@@ -160,17 +178,43 @@ class PapaAttention:
             return result if out is None else out.copy_(result)
         return constant_attention_output(self._constants().to(values.dtype), values, valid, out=out)
 
-    def _head_indices(self, device):
-        """(dynamic heads, replaced heads, inverse of their concatenation) as index tensors on `device`."""
-        cached = getattr(self, "_papa_indices", None)
-        if cached is None or cached[0].device != device:
-            dynamic = torch.tensor(self.dynamic_heads, dtype=torch.long, device=device)
-            static = torch.tensor(self.static_heads, dtype=torch.long, device=device)
-            inverse = torch.argsort(torch.cat([dynamic, static]))
-            identity = bool((inverse == torch.arange(len(inverse), device=device)).all())
-            cached = (dynamic, static, None if identity else inverse)
-            self._papa_indices = cached
-        return cached
+    # ------------------------------------------------------------------ head layout
+
+    def papa_reorder_heads(self, output_projection):
+        """Lay the heads out as [dynamic | replaced] (see the module docstring), in place.
+
+        Permutes the value rows (`papa_value_rows`) and `output_projection`'s input columns by
+        `papa_head_order`; a layer whose heads are in that order already (none, all or only its last
+        heads replaced, or mix mode) is left as it is. The result computes exactly what the stock
+        layout computes.
+        """
+        order = self.dynamic_heads + self.static_heads if not self.mix_all_heads else []
+        self.papa_head_order = None if order == sorted(order) else order
+        self.papa_layout_pending = False
+        if self.papa_head_order is None:
+            return
+        H = len(order)
+        d = output_projection.in_features // H
+        with torch.no_grad():
+            for owner, name, offset in self.papa_value_rows():
+                param = getattr(owner, name)
+                if param is None:
+                    continue
+                rows = torch.arange(param.shape[0])
+                rows[offset : offset + H * d] = offset + head_rows(order, d)
+                param.copy_(param[rows.to(param.device)])
+            columns = head_rows(order, d).to(output_projection.weight.device)
+            output_projection.weight.copy_(output_projection.weight[:, columns])
+
+    def papa_stock_order(self, per_head, dim):
+        """`per_head` (heads along `dim`, in this layer's layout) in the stock head order."""
+        if self.papa_head_order is None:
+            return per_head
+        inverse = getattr(self, "_papa_inverse", None)
+        if inverse is None or inverse.device != per_head.device:
+            inverse = torch.argsort(torch.tensor(self.papa_head_order, device=per_head.device))
+            self._papa_inverse = inverse
+        return per_head.index_select(dim, inverse)
 
     # ------------------------------------------------------------------ the two paths
 
@@ -185,49 +229,45 @@ class PapaAttention:
             return self.papa_dynamic_context(call, values)
         if not self.dynamic_heads:
             return self._replaced_output(values, valid)
-        # Work on the heads grouped as [dynamic | replaced]: each group is one contiguous slice, so the
-        # kernels read and write whole blocks, and one index_select restores the head order at the end
-        # (list-indexed gathers and scatters per group cost more than the pruned Q/K save on CPU).
-        dynamic_index, static_index, inverse = self._head_indices(values.device)
+        # heads are laid out [dynamic | replaced]: each group is one contiguous slice
         D = len(self.dynamic_heads)
-        dynamic = self.papa_dynamic_context(call, values.index_select(2, dynamic_index))  # (B, T, D, d)
-        replaced_values = values.index_select(2, static_index)
+        dynamic = self.papa_dynamic_context(call, values[:, :, :D])  # (B, T, D, d)
         tracked = dynamic.requires_grad or values.requires_grad or any(p.requires_grad for p in self._replacements())
         if torch.is_grad_enabled() and tracked:  # autograd cannot record out= writes
             if valid is not None:  # the original re-normalises dynamic heads too: padded query rows become 0
                 dynamic = dynamic * valid[:, :, None, None]
-            grouped = torch.cat([dynamic, self._replaced_output(replaced_values, valid)], dim=2)
+            return torch.cat([dynamic, self._replaced_output(values[:, :, D:], valid)], dim=2)
+        context = values.new_empty(B, T, H, d)
+        if valid is None:
+            context[:, :, :D].copy_(dynamic)
         else:
-            grouped = values.new_empty(B, T, H, d)
-            if valid is None:
-                grouped[:, :, :D].copy_(dynamic)
-            else:
-                torch.mul(dynamic, valid[:, :, None, None], out=grouped[:, :, :D])
-            self._replaced_output(replaced_values, valid, out=grouped[:, :, D:])
-        return grouped if inverse is None else grouped.index_select(2, inverse)
+            torch.mul(dynamic, valid[:, :, None, None], out=context[:, :, :D])
+        self._replaced_output(values[:, :, D:], valid, out=context[:, :, D:])
+        return context
 
     def _replacements(self):
         return [p for p in (self.constant_matrices, self.mean_outputs) if p is not None]
 
     def _probabilities_path(self, call, values, valid):
         B, T, H, d = values.shape
-        if len(self.dynamic_heads) == H:  # no empty rows to fill (mix mode, or no replaced head)
+        D = len(self.dynamic_heads)  # heads are laid out [dynamic | replaced]
+        if D == H:  # no empty rows to fill (mix mode, or no replaced head)
             probs = self.papa_scores(call).softmax(dim=-1).to(values.dtype)
         else:
             probs = values.new_zeros(B, H, T, T)
-            if self.dynamic_heads:
-                probs[:, self.dynamic_heads] = self.papa_scores(call).softmax(dim=-1).to(values.dtype)
+            if D:
+                probs[:, :D] = self.papa_scores(call).softmax(dim=-1).to(values.dtype)
         if self.mix_all_heads:
             weight = self._mix_weights(values.dtype)[:, None, None]  # (H, 1, 1)
             probs = weight * probs + (1 - weight) * normalized_constant(self._constants().to(values.dtype), valid)
         elif self.static_heads:
             if self.head_mode == "constant":
-                probs[:, self.static_heads] = self._constants().to(probs.dtype)
+                probs[:, D:] = self._constants().to(probs.dtype)
             probs = normalize_rows(probs, valid)  # mean-output heads keep all-zero rows: they do not attend
         probs = F.dropout(probs, p=self.papa_dropout_p, training=self.training)
         context = torch.matmul(probs, values.transpose(1, 2)).transpose(1, 2)  # (B, T, H, d)
         if self.static_heads and self.head_mode == "mean_output":
-            context[:, :, self.static_heads] = self._replaced_output(values[:, :, self.static_heads], valid)
+            context[:, :, D:] = self._replaced_output(values[:, :, D:], valid)
         return context, probs
 
     # ------------------------------------------------------------------ adapter defaults

@@ -64,3 +64,6 @@ class PapaBertLikeAttention(PapaAttention):
             return  # nothing to prune: keep the stock projections (and any hooks on them)
         self.query = keep_head_rows(self.query, dynamic_heads, self.attention_head_size)
         self.key = keep_head_rows(self.key, dynamic_heads, self.attention_head_size)
+
+    def papa_value_rows(self):
+        return [(self.value, "weight", 0), (self.value, "bias", 0)]

@@ -135,3 +135,7 @@ class PapaDebertaAttention(PapaDebertaAttentionBase):
                 self.pos_proj = keep_rows(self.pos_proj, head_rows(dynamic_heads, d))
             if "p2c" in self.pos_att_type:
                 self.pos_q_proj = keep_rows(self.pos_q_proj, head_rows(dynamic_heads, d))
+
+    def papa_value_rows(self):  # in_proj after pruning: [Q dynamic | K dynamic | V all]
+        offset = 2 * len(self.dynamic_heads) * self.attention_head_size
+        return [(self.in_proj, "weight", offset), (self.in_proj, "bias", offset), (self, "v_bias", 0)]

@@ -60,3 +60,6 @@ class PapaDebertaV2Attention(PapaDebertaAttentionBase):
                 self.pos_key_proj = keep_head_rows(self.pos_key_proj, dynamic_heads, d)
             if "p2c" in self.pos_att_type:
                 self.pos_query_proj = keep_head_rows(self.pos_query_proj, dynamic_heads, d)
+
+    def papa_value_rows(self):
+        return [(self.value_proj, "weight", 0), (self.value_proj, "bias", 0)]

@@ -76,6 +76,10 @@ class PapaModernBertAttention(PapaAttention):
                           head_rows(range(H), d, 2 * H * d)])
         self.Wqkv = keep_rows(self.Wqkv, rows)
 
+    def papa_value_rows(self):  # Wqkv after pruning: [Q dynamic | K dynamic | V all]
+        offset = 2 * len(self.dynamic_heads) * self.head_dim
+        return [(self.Wqkv, "weight", offset), (self.Wqkv, "bias", offset)]
+
     def papa_band(self, seq_len):
         if self.sliding_window is None:
             return None
