@@ -1,11 +1,13 @@
 """The benchmark (papa.benchmark): its FLOP bound by hand, its variant tables, a smoke run on a tiny random BERT."""
 
 import json
+import math
+import random
 
 import pytest
 from conftest import run_command, script, tiny_config
 
-from papa.benchmark import flops, workloads
+from papa.benchmark import flops, harness, workloads
 from papa.benchmark.report import markdown
 
 
@@ -80,6 +82,23 @@ def test_training_variants_build_what_they_say():
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("n, ranks", [(6, (1, 6)), (8, (1, 8)), (10, (2, 9)), (15, (4, 12)), (20, (6, 15)),
+                                      (30, (10, 21)), (40, (14, 27))])
+def test_median_interval_matches_the_published_ranks(n, ranks):
+    """1-based ranks of the 95% distribution-free interval for the median (Conover, Practical
+    Nonparametric Statistics, table A3 / the usual sign-test table)."""
+    assert harness.median_interval([10.0 * r for r in range(n, 0, -1)]) == (10.0 * ranks[0], 10.0 * ranks[1])
+
+
+def test_median_interval_covers_the_median_in_95_percent_of_samples():
+    rng = random.Random(0)
+    hits = 0
+    for _ in range(4000):  # exponential samples (skewed, like timings): median ln 2
+        low, high = harness.median_interval([rng.expovariate(1.0) for _ in range(20)])
+        hits += low <= math.log(2) <= high
+    assert 0.95 <= hits / 4000 <= 0.975  # exact coverage at n = 20 is 95.86%
+
+
 def test_smoke_run_tiny(tmp_path):
     out = tmp_path / "tiny.json"
     ranking = tmp_path / "sorted_heads.json"
@@ -102,6 +121,8 @@ def test_smoke_run_tiny(tmp_path):
     assert {"stock", "PAPA, 1/2 constant, ranked", "PAPA, 1/2 constant, every other head"} <= {r["variant"] for r in inference}
     for row in inference:
         assert row["median_s"] > 0 and row["speed_ratio_to_stock"] > 0 and row["flop_bound_speedup"] >= 1
+        low, high = row["paired_speed_ratio_ci95"]
+        assert low <= row["paired_speed_ratio"] <= high
     full = [r for r in inference if r["constant_heads"] == 8]
     assert all(r["flop_bound_speedup"] > 1 and r["percent_of_bound"] is not None for r in full)
 

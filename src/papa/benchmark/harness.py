@@ -8,6 +8,7 @@ imported the libraries; CPU: increase of ru_maxrss over the pass, CUDA: max_memo
 """
 
 import gc
+import math
 import os
 import resource
 import statistics
@@ -49,9 +50,34 @@ def summary(samples):
             "n": len(ordered)}
 
 
+def paired_ratios(reference, variant):
+    """reference_time / variant_time of each repetition (same round → same machine state)."""
+    return [r / v for r, v in zip(reference, variant)]
+
+
 def paired_ratio(reference, variant):
-    """Median over repetitions of reference_time / variant_time (same round → same machine state)."""
-    return statistics.median(r / v for r, v in zip(reference, variant))
+    """Median over repetitions of reference_time / variant_time."""
+    return statistics.median(paired_ratios(reference, variant))
+
+
+def median_interval(samples, level=0.95):
+    """Distribution-free confidence interval of the median: (low, high) order statistics.
+
+    The number of samples below the true median is Binomial(n, ½); the interval [x_(j), x_(n−1−j)]
+    (sorted, 0-based) covers the median with probability P(j ≤ that count ≤ n−1−j), and j is the
+    largest with coverage ≥ `level`. Too few samples for that level: the whole range.
+    """
+    ordered = sorted(samples)
+    n = len(ordered)
+    p_count = [math.comb(n, k) / 2**n for k in range(n + 1)]  # P(count = k)
+
+    def coverage(j):  # x_(j) < median ⟺ count ≥ j + 1; x_(n−1−j) > median ⟺ count ≤ n − 1 − j
+        return sum(p_count[j + 1 : n - j])
+
+    j = 0
+    while j + 1 <= n - 2 - j and coverage(j + 1) >= level:
+        j += 1
+    return ordered[j], ordered[n - 1 - j]
 
 
 def current_rss_mb():

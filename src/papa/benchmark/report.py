@@ -7,7 +7,7 @@ import platform
 import torch
 import transformers
 
-from .flops import FLOP_NOTE
+from .flops import FLOP_NOTE, percent_of_bound
 
 MEMORY_TOLERANCE = (0.10, 4.0)  # "equal" memory: within 10 % or 4 MB (RSS granularity and allocator noise)
 
@@ -59,9 +59,11 @@ def _speed_goals(T, by_name):
                  "PAPA, 1/2 constant, every other head"):
         row = by_name.get(name)
         if row:
-            pct = row["percent_of_bound"]
-            out.append({"goal": f"T={T}: {name[len('PAPA, '):]} ≥ 90% of the FLOP bound ({row['flop_bound_speedup']:.3f}x)",
-                        "value": f"{pct:.1f}% ({row['speed_ratio_to_stock']:.3f}x)",
+            pct, bound = row["percent_of_bound"], row["flop_bound_speedup"]
+            low, high = (percent_of_bound(r, bound) for r in row["paired_speed_ratio_ci95"])
+            out.append({"goal": f"T={T}: {name[len('PAPA, '):]} ≥ 90% of the FLOP bound ({bound:.3f}x)",
+                        "value": f"{pct:.1f}% ({row['speed_ratio_to_stock']:.3f}x); paired "
+                                 f"{percent_of_bound(row['paired_speed_ratio'], bound):.0f}% (95% CI {low:.0f}–{high:.0f}%)",
                         "met": pct is not None and pct >= 90,
                         "noise": max(relative_spread(stock), relative_spread(row))})
     return out
@@ -120,17 +122,27 @@ def _percent(value):
     return "–" if value is None else f"{value:.0f}%"
 
 
+def _paired(row):
+    if row["variant"] == "stock":
+        return "1.000x"
+    low, high = row.get("paired_speed_ratio_ci95") or (None, None)
+    interval = "" if low is None else f" ({low:.3f}–{high:.3f})"
+    return f"{row['paired_speed_ratio']:.3f}x{interval}"
+
+
 def _inference_section(rows, s):
     table = _table(
-        ["T", "variant", "constant heads", "median ms", "IQR ms", "speed vs stock", "paired", "FLOP bound", "% of bound"],
+        ["T", "variant", "constant heads", "median ms", "IQR ms", "speed vs stock", "paired (95% CI)", "FLOP bound",
+         "% of bound"],
         [[r["seq_len"], r["variant"], f"{r['constant_heads']}/{r['total_heads']}", f"{1e3 * r['median_s']:.1f}",
-          f"{1e3 * (r['p75_s'] - r['p25_s']):.1f}", f"{r['speed_ratio_to_stock']:.3f}x", f"{r['paired_speed_ratio']:.3f}x",
+          f"{1e3 * (r['p75_s'] - r['p25_s']):.1f}", f"{r['speed_ratio_to_stock']:.3f}x", _paired(r),
           f"{r['flop_bound_speedup']:.3f}x", _percent(r["percent_of_bound"])] for r in rows])
     return ([f"## Inference (batch {s['batch_size']}, last quarter of each row padded, no attentions, "
              f"inference_mode; {s['repeats']} repeats)", ""] + table
             + ["", f"stock = the stock model with {s.get('stock_attention', 'sdpa')} attention. Constant heads: "
                    f"{s.get('inference_head_choice', '')}. speed vs stock = stock median / variant median; paired = "
-                   "median over repetitions of stock time / variant time within the same round. FLOP model: "
+                   "median over repetitions of stock time / variant time within the same round, with a distribution-free "
+                   "95% confidence interval of that median (binomial order statistics). FLOP model: "
                    + FLOP_NOTE])
 
 

@@ -30,7 +30,7 @@ from ..errors import PapaError
 from ..io import save_json, save_text
 from ..modeling import default_model_path
 from .flops import FLOP_NOTE, flop_bound, percent_of_bound
-from .harness import interleaved_times, paired_ratio, run_child, summary
+from .harness import interleaved_times, median_interval, paired_ratio, paired_ratios, run_child, summary
 from .report import goals, machine_info, markdown
 from .workloads import (AVERAGING_VARIANTS, FAMILY_CONFIGS, INFERENCE_VARIANTS, TRAINING_VARIANTS, averaging_batches,
                         chosen_heads, inference_inputs, load_config, load_encoder, quiet_transformers,
@@ -122,6 +122,7 @@ def bench_inference(args, config):
                 "speed_ratio_to_stock": ratio,
                 "time_ratio_to_stock": 1.0 / ratio,
                 "paired_speed_ratio": paired_ratio(times["stock"], times[name]),
+                "paired_speed_ratio_ci95": median_interval(paired_ratios(times["stock"], times[name])),
                 "flop_removed_share": flops["removed_share"],
                 "flop_bound_speedup": flops["bound_speedup"],
                 "percent_of_bound": None if name == "stock" else percent_of_bound(ratio, flops["bound_speedup"]),
