@@ -156,9 +156,9 @@ def test_mean_output_bad_inputs(tmp_path):
     with pytest.raises(PapaError, match=r"shape \[layers, heads, T, 32\]"):
         heads_setup(tmp_path, *common, "--static_heads_num", "3", "--replace_heads_with", "mean_output")
     torch.save(torch.zeros(6, 12, 8, 32), tmp_path / "mean_outputs.pt")
-    means, static, mix = heads_setup(tmp_path, *common, "--static_heads_num", "3", "--replace_heads_with",
-                                     "mean_output")
-    assert means.shape == (6, 12, 8, 32) and static == {0: [0, 1, 2]} and not mix
+    heads = heads_setup(tmp_path, *common, "--static_heads_num", "3", "--replace_heads_with", "mean_output")
+    assert heads.mean_outputs.shape == (6, 12, 8, 32) and heads.constant_matrices is None
+    assert heads.static_heads == {0: [0, 1, 2]} and not heads.mix_all_heads
 
 
 # ----------------------------------------------------------------------------- the scripts, in-process

@@ -15,7 +15,9 @@ work: bad input raises `PapaError`.
 
 import logging
 import os
+from typing import NamedTuple
 
+import torch
 import transformers
 from datasets import DatasetDict
 from transformers import AutoModel, default_data_collator, set_seed
@@ -125,17 +127,31 @@ def requested_splits(training_args):
 REPLACEMENT_FILES = {"constant": "avgs.pt", "mean_output": "mean_outputs.pt"}
 
 
-def load_replacements(model_args, config):
-    """The constant matrices (avgs.pt) or, with --replace_heads_with mean_output, the mean head outputs."""
+class HeadReplacement(NamedTuple):
+    """What a probing run replaces heads with (at most one of the two tensors), and which heads."""
+
+    constant_matrices: torch.Tensor | None  # avgs.pt [L, H, T, T]
+    mean_outputs: torch.Tensor | None  # mean_outputs.pt [L, H, T, d], with --replace_heads_with mean_output
+    static_heads: dict  # {layer: [heads]}
+    mix_all_heads: bool  # the ranking run
+
+    @property
+    def loaded(self):
+        """The tensor read from --static_heads_dir, or None."""
+        return self.mean_outputs if self.mean_outputs is not None else self.constant_matrices
+
+
+def load_replacements(model_args, config, static_heads):
+    """A HeadReplacement of `static_heads` with avgs.pt or, per --replace_heads_with, mean_outputs.pt."""
     shape = (config.num_hidden_layers, config.num_attention_heads)
     if model_args.replace_heads_with == "mean_output":
-        return load_mean_outputs(model_args.static_heads_dir, *shape, head_dim(config))
-    return load_constant_matrices(model_args.static_heads_dir, *shape)
+        means = load_mean_outputs(model_args.static_heads_dir, *shape, head_dim(config))
+        return HeadReplacement(None, means, static_heads, False)
+    return HeadReplacement(load_constant_matrices(model_args.static_heads_dir, *shape), None, static_heads, False)
 
 
 def heads_to_replace(model_args, config):
-    """(constant matrices, mean outputs with --replace_heads_with mean_output, or None; static heads {layer:
-    [heads]}; mix_all_heads), validated."""
+    """The run's HeadReplacement, validated against its flags."""
     num_layers, num_heads = config.num_hidden_layers, config.num_attention_heads
     k = model_args.static_heads_num
     check_static_heads_num(k, num_layers, num_heads)  # before anything else: k < 0 must not pass as "no heads"
@@ -148,17 +164,17 @@ def heads_to_replace(model_args, config):
             raise PapaError("--sort_calculating needs --static_heads_dir (the folder holding avgs.pt)")
         if k:
             raise PapaError("--sort_calculating mixes every head; drop --static_heads_num")
-        return load_constant_matrices(model_args.static_heads_dir, num_layers, num_heads), {}, True
+        return HeadReplacement(load_constant_matrices(model_args.static_heads_dir, num_layers, num_heads), None, {}, True)
     if k > 0 and not (model_args.static_heads_dir and model_args.sorting_heads_dir):
         missing = [f for f in ("--static_heads_dir", "--sorting_heads_dir") if not getattr(model_args, f[2:])]
         raise PapaError(f"--static_heads_num {k} needs {' and '.join(missing)} (avgs.pt and sorted_heads.json)")
     if not model_args.static_heads_dir:
-        return None, {}, False
+        return HeadReplacement(None, None, {}, False)
     static = {}
     if k > 0:
         ranking = load_sorted_heads(model_args.sorting_heads_dir, num_layers, num_heads)
         static = first_k_heads(ranking, k, num_layers, num_heads)
-    return load_replacements(model_args, config), static, False
+    return load_replacements(model_args, config, static)
 
 
 def check_heads_setup(constants, mix, mode, max_seq_length, do_train, name="avgs.pt"):
@@ -262,29 +278,28 @@ def run_probing(task, model_args, data_args, training_args):
         model_args.model_name_or_path, model_args.cache_dir, task, label_list, data_args.max_seq_length,
         config_name=model_args.config_name, tokenizer_name=model_args.tokenizer_name,
         revision=model_args.model_revision, token=model_args.token, use_fast=model_args.use_fast_tokenizer)
-    constants, static_heads, mix = heads_to_replace(model_args, config)
-    check_heads_setup(constants, mix, mode, data_args.max_seq_length, training_args.do_train,
+    heads = heads_to_replace(model_args, config)
+    check_heads_setup(heads.loaded, heads.mix_all_heads, mode, data_args.max_seq_length, training_args.do_train,
                       REPLACEMENT_FILES[model_args.replace_heads_with])
     set_seed(training_args.seed)
 
     # constant matrices and the freeze-extract pooler are defined per position: pad everything to T
-    pad = data_args.pad_to_max_length or constants is not None or model_args.use_freeze_extract_pooler
+    pad = data_args.pad_to_max_length or heads.loaded is not None or model_args.use_freeze_extract_pooler
     data = probing_datasets(task, datasets, tokenizer, label_list, data_args, pad, training_args)
 
-    num_constant = sum(len(h) for h in static_heads.values())
-    means = constants if model_args.replace_heads_with == "mean_output" else None
-    replaced = f"{num_constant} {'mean-output' if means is not None else 'constant'} heads"
-    stage(f"{task.name}: {path}, {'mixing all heads (ranking run)' if mix else replaced}, "
+    num_replaced = sum(len(h) for h in heads.static_heads.values())
+    replaced = f"{num_replaced} {'mean-output' if heads.mean_outputs is not None else 'constant'} heads"
+    stage(f"{task.name}: {path}, {'mixing all heads (ranking run)' if heads.mix_all_heads else replaced}, "
           f"mode={mode or 'full fine-tuning'}, T={data_args.max_seq_length}")
-    model = build_model(task.model_class, config, path, None if means is not None else constants, static_heads, mix,
-                        data_args.max_seq_length if model_args.use_freeze_extract_pooler else None, model_args.cache_dir,
-                        mean_outputs=means)
+    model = build_model(task.model_class, config, path, heads.constant_matrices, heads.static_heads,
+                        heads.mix_all_heads, data_args.max_seq_length if model_args.use_freeze_extract_pooler else None,
+                        model_args.cache_dir, mean_outputs=heads.mean_outputs)
     logger.info("trainable parameters: %s", ", ".join(set_trainable(model, mode)))
     trainer = make_trainer(task, model, tokenizer, label_list, pad, data["train"], data["eval"], data_args,
                            training_args)
 
     if training_args.do_train:
-        train_and_save(trainer, tokenizer, mix, training_args, checkpoint)
+        train_and_save(trainer, tokenizer, heads.mix_all_heads, training_args, checkpoint)
     if training_args.do_eval:
         evaluate_and_save(trainer, data["eval"], training_args.output_dir)
     if training_args.do_predict and task.kind == "token":

@@ -18,10 +18,11 @@ Head layout: in a layer that mixes dynamic and replaced heads, `patch_model` lay
 [dynamic | replaced] once, at patch time: it permutes the rows of the value projection and the
 input columns of the output projection (the Linear that reads the heads' concatenated outputs)
 by `papa_head_order`, and the pruned Q/K rows hold the dynamic heads in that order already. Each
-group is then a contiguous slice in every step, with no per-call gather or scatter. The
-permutation is exact (the output projection sums over heads, so their order does not matter);
-attentions are returned in the stock head order, and `config.papa["head_layout"]` records the
-layout for save/reload.
+group is then a contiguous slice in every step, with no per-call gather or scatter. The layer
+computes the same function (the output projection sums over heads, so only the order of a float
+sum changes); attentions are returned in the stock head order, while the heads' concatenated outputs
+(the output projection's input) and the saved weights follow the layout, which
+`config.papa["head_layout"]` records for reload.
 
 Two code paths compute the same thing:
 - the probabilities path materialises every head's (B, H, T, T) attention; it runs when
