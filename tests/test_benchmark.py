@@ -123,6 +123,9 @@ def test_smoke_run_tiny(tmp_path):
         assert row["median_s"] > 0 and row["speed_ratio_to_stock"] > 0 and row["flop_bound_speedup"] >= 1
         low, high = row["paired_speed_ratio_ci95"]
         assert low <= row["paired_speed_ratio"] <= high
+    mixing = [r for r in inference if "mixing_time_ratio" in r]
+    assert [r["variant"] for r in mixing] == ["PAPA, 1/2 constant, every other head"] * 2
+    assert all(r["mixing_time_ratio_ci95"][0] <= r["mixing_time_ratio"] <= r["mixing_time_ratio_ci95"][1] for r in mixing)
     full = [r for r in inference if r["constant_heads"] == 8]
     assert all(r["flop_bound_speedup"] > 1 and r["percent_of_bound"] is not None for r in full)
 
@@ -141,6 +144,7 @@ def test_smoke_run_tiny(tmp_path):
     assert results["goals"] and all(isinstance(g["met"], bool) for g in results["goals"])
     table = out.with_suffix(".md").read_text()
     assert "## Inference" in table and "## Averaging pass" in table and "## One training step" in table
+    assert "Cost of mixing dynamic and constant heads in a layer" in table
     assert "| stock |" in done.stdout
     assert table == markdown(results)  # the .md beside the JSON is the printed report
     assert results["settings"]["command"].startswith("papa-benchmark --tiny")

@@ -130,6 +130,16 @@ def _paired(row):
     return f"{row['paired_speed_ratio']:.3f}x{interval}"
 
 
+def _mixing_note(rows):
+    """One line: the paired time ratio of ½ constant with every layer mixed against whole layers constant."""
+    parts = [f"T={r['seq_len']}: {r['mixing_time_ratio']:.3f}x (95% CI {r['mixing_time_ratio_ci95'][0]:.3f}–"
+             f"{r['mixing_time_ratio_ci95'][1]:.3f})" for r in rows if "mixing_time_ratio" in r]
+    if not parts:
+        return []
+    return ["", "Cost of mixing dynamic and constant heads in a layer: time of 1/2 constant with every other head "
+                "(every layer mixed) over 1/2 constant layer by layer (no layer mixed), paired: " + "; ".join(parts) + "."]
+
+
 def _inference_section(rows, s):
     table = _table(
         ["T", "variant", "constant heads", "median ms", "IQR ms", "speed vs stock", "paired (95% CI)", "FLOP bound",
@@ -143,7 +153,7 @@ def _inference_section(rows, s):
                    f"{s.get('inference_head_choice', '')}. speed vs stock = stock median / variant median; paired = "
                    "median over repetitions of stock time / variant time within the same round, with a distribution-free "
                    "95% confidence interval of that median (binomial order statistics). FLOP model: "
-                   + FLOP_NOTE])
+                   + FLOP_NOTE] + _mixing_note(rows))
 
 
 def _averaging_section(a, s):

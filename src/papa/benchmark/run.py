@@ -127,6 +127,13 @@ def bench_inference(args, config):
                 "flop_bound_speedup": flops["bound_speedup"],
                 "percent_of_bound": None if name == "stock" else percent_of_bound(ratio, flops["bound_speedup"]),
             })
+        # what mixing both kinds in a layer costs: every layer mixed against whole layers constant, same k
+        mixed, whole = "PAPA, 1/2 constant, every other head", "PAPA, 1/2 constant"
+        if mixed in times and whole in times:
+            ratios = paired_ratios(times[mixed], times[whole])  # mixed time / whole-layers time, per round
+            row = next(r for r in rows if r["seq_len"] == T and r["variant"] == mixed)
+            row["mixing_time_ratio"] = statistics.median(ratios)
+            row["mixing_time_ratio_ci95"] = median_interval(ratios)
         del models
         gc.collect()
     return rows
