@@ -126,6 +126,9 @@ def test_smoke_run_tiny(tmp_path):
     mixing = [r for r in inference if "mixing_time_ratio" in r]
     assert [r["variant"] for r in mixing] == ["PAPA, 1/2 constant, every other head"] * 2
     assert all(r["mixing_time_ratio_ci95"][0] <= r["mixing_time_ratio"] <= r["mixing_time_ratio_ci95"][1] for r in mixing)
+    for row in inference:  # between 1 and the FLOP bound; the stock's own share is one per length
+        assert 1.0 <= row["time_weighted_bound"] <= row["flop_bound_speedup"] + 1e-12
+        assert 0.0 < row["stock_modelled_time_share"] < 1.0
     full = [r for r in inference if r["constant_heads"] == 8]
     assert all(r["flop_bound_speedup"] > 1 and r["percent_of_bound"] is not None for r in full)
 
@@ -157,3 +160,17 @@ def test_bad_flags_are_one_clear_error(capsys):
     with pytest.raises(SystemExit) as exit_info:
         main(["--tiny", "--repeats", "0"])
     assert exit_info.value.code == 2 and capsys.readouterr().err == "error: --repeats must be positive; got 0\n"
+
+
+def test_modelled_time_share_tells_matrix_products_from_elementwise_work():
+    import torch
+
+    a = torch.randn(256, 256)
+    assert harness.modelled_time_share(lambda: torch.mm(a, a)) > 0.9
+    assert harness.modelled_time_share(lambda: torch.nn.functional.gelu(a)) == 0.0
+
+
+def test_time_weighted_bound_by_hand():
+    assert flops.time_weighted_bound(0.2, 1.0) == pytest.approx(1.25)  # all time modelled: the FLOP bound
+    assert flops.time_weighted_bound(0.2, 0.5) == pytest.approx(1 / 0.9)
+    assert flops.time_weighted_bound(0.2, 0.0) == 1.0

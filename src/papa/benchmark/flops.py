@@ -62,3 +62,11 @@ def percent_of_bound(ratio, bound):
     if bound <= 1.0 + 1e-12:
         return None
     return 100.0 * (ratio - 1.0) / (bound - 1.0)
+
+
+def time_weighted_bound(removed_share, modelled_time_share):
+    """The FLOP bound with the removed FLOPs weighted by the time the stock forward spends on modelled
+    work: 1/(1 − removed share · modelled time share). The time outside matrix products and attention
+    kernels (activations, norms, copies) stays, so this is the speed-up that removing exactly those
+    FLOPs, at the stock's rate, would give."""
+    return 1.0 / (1.0 - removed_share * modelled_time_share)

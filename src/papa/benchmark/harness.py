@@ -60,6 +60,28 @@ def paired_ratio(reference, variant):
     return statistics.median(paired_ratios(reference, variant))
 
 
+# kernels whose work the FLOP model counts: matrix products and fused attention
+MODELLED_KERNELS = {"aten::addmm", "aten::mm", "aten::bmm", "aten::baddbmm", "aten::_scaled_dot_product_flash_attention_for_cpu",
+                    "aten::_scaled_dot_product_efficient_attention", "aten::_scaled_dot_product_flash_attention"}
+
+
+def modelled_time_share(run, repeats=3):
+    """Share of `run`'s CPU operator time spent in MODELLED_KERNELS (torch.profiler, self times).
+
+    The FLOP bound assumes all of a forward's time scales with its FLOPs; the rest (activations,
+    norms, copies, masking) is not removed by constant heads, so it caps what a speed-up can reach.
+    """
+    from torch.profiler import ProfilerActivity, profile
+
+    run()  # warm
+    with profile(activities=[ProfilerActivity.CPU]) as prof:
+        for _ in range(repeats):
+            run()
+    events = prof.key_averages()
+    total = sum(e.self_cpu_time_total for e in events)
+    return sum(e.self_cpu_time_total for e in events if e.key in MODELLED_KERNELS) / total if total else None
+
+
 def median_interval(samples, level=0.95):
     """Distribution-free confidence interval of the median: (low, high) order statistics.
 

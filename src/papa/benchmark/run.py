@@ -29,8 +29,9 @@ from ..attention import patch_model
 from ..errors import PapaError
 from ..io import save_json, save_text
 from ..modeling import default_model_path
-from .flops import FLOP_NOTE, flop_bound, percent_of_bound
-from .harness import interleaved_times, median_interval, paired_ratio, paired_ratios, run_child, summary
+from .flops import FLOP_NOTE, flop_bound, percent_of_bound, time_weighted_bound
+from .harness import (interleaved_times, median_interval, modelled_time_share, paired_ratio, paired_ratios, run_child,
+                      summary)
 from .report import goals, machine_info, markdown
 from .workloads import (AVERAGING_VARIANTS, FAMILY_CONFIGS, INFERENCE_VARIANTS, TRAINING_VARIANTS, averaging_batches,
                         chosen_heads, inference_inputs, load_config, load_encoder, quiet_transformers,
@@ -111,6 +112,7 @@ def bench_inference(args, config):
 
         print(f"[bench] inference T={T}: {len(models)} variants x {args.repeats} repeats", file=sys.stderr, flush=True)
         times = interleaved_times({name: runner(m) for name, m in models.items()}, args.repeats, args.warmup, args.device)
+        modelled = None if str(args.device).startswith("cuda") else modelled_time_share(runner(stock))
         stock_median = statistics.median(times["stock"])
         for name in models:
             stats = summary(times[name])
@@ -126,7 +128,12 @@ def bench_inference(args, config):
                 "flop_removed_share": flops["removed_share"],
                 "flop_bound_speedup": flops["bound_speedup"],
                 "percent_of_bound": None if name == "stock" else percent_of_bound(ratio, flops["bound_speedup"]),
+                "stock_modelled_time_share": modelled,
+                "time_weighted_bound": None if modelled is None else time_weighted_bound(flops["removed_share"], modelled),
             })
+            bound = rows[-1]["time_weighted_bound"]
+            rows[-1]["percent_of_time_weighted_bound"] = (None if bound is None or name == "stock"
+                                                          else percent_of_bound(ratio, bound))
         # what mixing both kinds in a layer costs: every layer mixed against whole layers constant, same k
         mixed, whole = "PAPA, 1/2 constant, every other head", "PAPA, 1/2 constant"
         if mixed in times and whole in times:
