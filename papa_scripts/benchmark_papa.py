@@ -1,8 +1,9 @@
 #!/usr/bin/env python
 """Benchmark PAPA's speed and memory against the stock model and the original code's loops.
 
-Measured side by side in one process, variants interleaved round-robin within each repetition
-(the order rotates every repetition), medians reported after warm-up:
+Measured side by side in one process, variants interleaved within each round (the order rotates
+every round; inference runs the stock model before and after each variant, the averaging pass
+times every variant on the same batch in turn), medians reported after warm-up:
 
 1. inference (no attentions requested, torch.inference_mode): stock sdpa encoder vs PAPA-patched
    copies with 0, 1/2, 7/8 and all heads constant, at each --seq_lens; speed ratio to stock and the

@@ -33,6 +33,31 @@ def test_flop_bound_matches_hand_calculation():
     assert flops.percent_of_bound(1.2, 1.0) is None
 
 
+def test_sandwiched_times_cancel_a_drifting_machine(monkeypatch):
+    # A fake clock on a machine that slows down linearly with every call: call i costs
+    # cost·(1 + 0.1·i). The stock costs 1, variant "a" 2 and "b" 4 units; the mean of the stock
+    # runs on either side of a variant is the stock's cost at the variant's own call exactly,
+    # so the paired ratios are exactly 1/2 and 1/4, though unpaired medians drift far from them.
+    clock, calls = [0.0], []
+    monkeypatch.setattr(harness.time, "perf_counter", lambda: clock[0])
+
+    def variant(name, cost):
+        def run():
+            clock[0] += cost * (1 + 0.1 * len(calls))
+            calls.append(name)
+        return run
+
+    variants = {"stock": variant("stock", 1.0), "a": variant("a", 2.0), "b": variant("b", 4.0)}
+    times, beside = harness.sandwiched_times(variants, "stock", repeats=3, warmup=1, device="cpu")
+    # each round: stock before and after every other variant, the others' order rotated per round
+    assert calls == (["stock", "a", "stock", "b", "stock"] + ["stock", "b", "stock", "a", "stock"]) * 2
+    assert [len(times[n]) for n in ("stock", "a", "b")] == [9, 3, 3] and set(beside) == {"a", "b"}
+    assert harness.paired_ratios(beside["a"], times["a"]) == pytest.approx([0.5] * 3)
+    assert harness.paired_ratios(beside["b"], times["b"]) == pytest.approx([0.25] * 3)
+    # the first timed stock run is call 5 (after the warm-up round), cost 1.5
+    assert times["stock"][0] == pytest.approx(1.5)
+
+
 def test_minilm_bound_for_all_heads_constant():
     # all-MiniLM-L6-v2: h=384, ffn=1536, 6 x 12 heads; T=64 → removed 638,976 of 3,637,248 per layer-token
     counts = flops.flop_counts(384, 1536, 6, 12, 64, 72)
@@ -135,6 +160,10 @@ def test_smoke_run_tiny(tmp_path):
     averaging = results["averaging"]
     assert len(averaging["timing"]) == 3
     assert all(r["median_s"] > 0 and r["time_ratio_to_plain"] > 0 for r in averaging["timing"])
+    assert all(r["n"] == 2 * 2 for r in averaging["timing"])  # timed batch by batch: 2 passes over 2 batches
+    for row in averaging["timing"]:
+        low, high = row["paired_time_ratio_ci95"]
+        assert low <= row["paired_time_ratio_to_plain"] <= high
     assert [(m["batches"], m["layers"]) for m in averaging["memory"]][:3] == [(2, 2), (8, 2), (2, 1)]
     assert all(m["peak_increase_mb"] >= 0 for m in averaging["memory"])
 
@@ -160,6 +189,20 @@ def test_bad_flags_are_one_clear_error(capsys):
     with pytest.raises(SystemExit) as exit_info:
         main(["--tiny", "--repeats", "0"])
     assert exit_info.value.code == 2 and capsys.readouterr().err == "error: --repeats must be positive; got 0\n"
+    with pytest.raises(SystemExit) as exit_info:
+        main(["--tiny", "--variants", "1/2 constant, ranked"])
+    assert exit_info.value.code == 2 and capsys.readouterr().err == (
+        "error: --variants '1/2 constant, ranked' needs --sorted_heads (a ranking run's sorted_heads.json)\n")
+
+
+def test_variants_choose_the_inference_rows(tmp_path):
+    out = tmp_path / "few.json"
+    run_command(script("benchmark_papa.py") + ["--tiny", "--repeats", "2", "--seq_lens", "16", "--skip", "averaging",
+                                               "training", "--variants", "all constant", "1/2 constant",
+                                               "--json", str(out)])
+    rows = json.loads(out.read_text())["inference"]
+    assert [r["variant"] for r in rows] == ["stock", "PAPA, 1/2 constant", "PAPA, all constant"]
+    assert [r["n"] for r in rows] == [2 * 3, 2, 2]  # stock before and after each of the two, every round
 
 
 def test_modelled_time_share_tells_matrix_products_from_elementwise_work():

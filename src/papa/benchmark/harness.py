@@ -43,6 +43,39 @@ def interleaved_times(variants, repeats, warmup, device):
     return times
 
 
+def sandwiched_times(variants, reference, repeats, warmup, device):
+    """({name: [seconds]}, {name: [reference seconds beside it]}): each round runs the reference
+    before and after every other variant (order rotated), R v1 R v2 R … vk R, so each variant's
+    paired reference time is the mean of the two runs around it, a fraction of a second away,
+    and machine noise slower than that cancels in their ratio."""
+    others = [name for name in variants if name != reference]
+    times = {name: [] for name in variants}
+    beside = {name: [] for name in others}
+
+    def timed(name):
+        synchronize(device)
+        start = time.perf_counter()
+        variants[name]()
+        synchronize(device)
+        return time.perf_counter() - start
+
+    for rep in range(warmup + repeats):
+        shift = rep % len(others) if others else 0
+        previous = timed(reference)
+        round_times = {reference: [previous]}
+        for name in others[shift:] + others[:shift]:
+            elapsed, after = timed(name), timed(reference)
+            round_times[name] = [elapsed, (previous + after) / 2]
+            round_times[reference].append(after)
+            previous = after
+        if rep >= warmup:
+            times[reference].extend(round_times[reference])
+            for name in others:
+                times[name].append(round_times[name][0])
+                beside[name].append(round_times[name][1])
+    return times, beside
+
+
 def summary(samples):
     ordered = sorted(samples)
     q = statistics.quantiles(ordered, n=4) if len(ordered) >= 2 else [ordered[0]] * 3
@@ -53,11 +86,6 @@ def summary(samples):
 def paired_ratios(reference, variant):
     """reference_time / variant_time of each repetition (same round → same machine state)."""
     return [r / v for r, v in zip(reference, variant)]
-
-
-def paired_ratio(reference, variant):
-    """Median over repetitions of reference_time / variant_time."""
-    return statistics.median(paired_ratios(reference, variant))
 
 
 # kernels whose work the FLOP model counts: matrix products and fused attention

@@ -92,7 +92,8 @@ def goals(results):
         ours = timing["accumulate_attention (ours)"]
         plain = timing["plain eager forward, output_attentions"]
         out.append({"goal": "averaging: accumulate_attention ≤ 1.00x plain eager forward with output_attentions",
-                    "value": f"{ours['time_ratio_to_plain']:.3f}x (paired {ours['paired_time_ratio_to_plain']:.3f}x)",
+                    "value": f"{ours['time_ratio_to_plain']:.3f}x (paired "
+                             f"{_ratio_with_interval(ours['paired_time_ratio_to_plain'], ours.get('paired_time_ratio_ci95'))})",
                     "met": ours["time_ratio_to_plain"] <= 1.00,
                     "noise": max(relative_spread(ours), relative_spread(plain))})
         mem = [m for m in averaging["memory"] if m["variant"] == "accumulate_attention (ours)"]
@@ -128,12 +129,15 @@ def _percent(value):
     return "–" if value is None else f"{value:.0f}%"
 
 
+def _ratio_with_interval(ratio, interval):
+    low, high = interval or (None, None)
+    return f"{ratio:.3f}x" + ("" if low is None else f" ({low:.3f}–{high:.3f})")
+
+
 def _paired(row):
     if row["variant"] == "stock":
         return "1.000x"
-    low, high = row.get("paired_speed_ratio_ci95") or (None, None)
-    interval = "" if low is None else f" ({low:.3f}–{high:.3f})"
-    return f"{row['paired_speed_ratio']:.3f}x{interval}"
+    return _ratio_with_interval(row["paired_speed_ratio"], row.get("paired_speed_ratio_ci95"))
 
 
 def _time_weighted_note(rows):
@@ -167,24 +171,29 @@ def _inference_section(rows, s):
           "–" if r.get("time_weighted_bound") is None else f"{r['time_weighted_bound']:.3f}x",
           _percent(r.get("percent_of_time_weighted_bound"))] for r in rows])
     return ([f"## Inference (batch {s['batch_size']}, last quarter of each row padded, no attentions, "
-             f"inference_mode; {s['repeats']} repeats)", ""] + table
+             f"inference_mode; {s['repeats']} rounds)", ""] + table
             + ["", f"stock = the stock model with {s.get('stock_attention', 'sdpa')} attention. Constant heads: "
                    f"{s.get('inference_head_choice', '')}. speed vs stock = stock median / variant median; paired = "
-                   "median over repetitions of stock time / variant time within the same round, with a distribution-free "
-                   "95% confidence interval of that median (binomial order statistics). FLOP model: "
+                   "median over rounds of the mean time of the stock runs just before and after the variant / the variant's "
+                   "time (each round runs stock, v1, stock, v2, …, stock), with a distribution-free 95% confidence "
+                   "interval of that median (binomial order statistics). FLOP model: "
                    + FLOP_NOTE + " " + _time_weighted_note(rows)] + _mixing_note(rows))
 
 
 def _averaging_section(a, s):
-    timing = _table(["variant", "median s", "IQR s", "time vs plain forward"],
-                    [[r["variant"], f"{r['median_s']:.3f}", f"{r['p75_s'] - r['p25_s']:.3f}",
-                      f"{r['time_ratio_to_plain']:.3f}x"] for r in a["timing"]])
+    timing = _table(["variant", "median ms per batch", "IQR ms", "time vs plain forward", "paired (95% CI)"],
+                    [[r["variant"], f"{1e3 * r['median_s']:.1f}", f"{1e3 * (r['p75_s'] - r['p25_s']):.1f}",
+                      f"{r['time_ratio_to_plain']:.3f}x", _ratio_with_interval(r["paired_time_ratio_to_plain"],
+                                                                               r.get("paired_time_ratio_ci95"))]
+                     for r in a["timing"]])
     memory = _table(["variant", "batches", "layers", "peak memory increase MB"],
                     [[r["variant"], r["batches"], r.get("layers", "–"), f"{r['peak_increase_mb']:.1f}"]
                      for r in a["memory"]])
     threshold = a["memory"][0].get("malloc_mmap_threshold")
-    return ([f"## Averaging pass ({a['batches']} batches of {a['batch_size']}, T={a['seq_len']}, eager attention; "
-             f"{s['avg_repeats']} repeats)", ""] + timing + [""] + memory
+    return ([f"## Averaging pass (batches of {a['batch_size']}, T={a['seq_len']}, eager attention; {s['avg_repeats']} "
+             f"passes over {a['batches']} batches, timed batch by batch, every variant on the same batch in turn)", ""]
+            + timing + ["", "paired = median over batches of the variant's time / the plain forward's time on the same "
+                        "batch in the same round, with its distribution-free 95% confidence interval.", ""] + memory
             + ["", "Memory: " + a["memory"][0]["memory_kind"] + " (each row a fresh child process; model "
                "weights loaded and touched before the baseline"
                + (f"; mallopt M_MMAP_THRESHOLD={threshold}" if threshold else "") + ")."])

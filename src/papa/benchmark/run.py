@@ -10,7 +10,10 @@
 3. one training step (forward + backward + AdamW, train mode) of a freeze-extract sequence probe in
    each of workloads.TRAINING_VARIANTS: median time and peak memory (child processes).
 
-Variants are interleaved round-robin within each repetition (harness.py) and medians reported.
+Variants are interleaved within each round and medians reported (harness.py). Inference runs the
+stock model before and after every variant, and the averaging pass times every variant on the same
+batch in turn, so each paired ratio compares runs a fraction of a second apart and a machine's
+drift in speed over seconds cancels in it.
 Entry point: `papa-benchmark` (papa.cli.benchmark, papa_scripts/benchmark_papa.py).
 """
 
@@ -30,8 +33,8 @@ from ..errors import PapaError
 from ..io import save_json, save_text
 from ..modeling import default_model_path
 from .flops import FLOP_NOTE, flop_bound, percent_of_bound, time_weighted_bound
-from .harness import (interleaved_times, median_interval, modelled_time_share, paired_ratio, paired_ratios, run_child,
-                      summary)
+from .harness import (interleaved_times, median_interval, modelled_time_share, paired_ratios, run_child,
+                      sandwiched_times, summary)
 from .report import goals, machine_info, markdown
 from .workloads import (AVERAGING_VARIANTS, FAMILY_CONFIGS, INFERENCE_VARIANTS, TRAINING_VARIANTS, averaging_batches,
                         chosen_heads, inference_inputs, load_config, load_encoder, quiet_transformers,
@@ -58,7 +61,12 @@ class BenchmarkArguments:
                 "cores: an intra-op thread that loses its core stalls every parallel region"})
     batch_size: int = field(default=32, metadata={"help": "batch size of every benchmark"})
     seq_lens: list[int] = field(default_factory=lambda: [64, 128], metadata={"help": "sequence lengths for inference"})
-    repeats: int = field(default=15, metadata={"help": "timed repetitions per inference variant"})
+    repeats: int = field(default=15, metadata={
+        "help": "timed rounds of inference; a round runs every variant once, with the stock model before and after each"})
+    variants: list[str] | None = field(default=None, metadata={
+        "choices": list(INFERENCE_VARIANTS),
+        "help": "inference variants to time against the stock model, quoted (default: all; the ranked ones need "
+                "--sorted_heads): fewer variants, more rounds in the same time, narrower intervals"})
     warmup: int = field(default=1, metadata={"help": "untimed warm-up rounds (inference and training)"})
     avg_batches: int = field(default=8, metadata={"help": "N: batches in the averaging pass (memory: N and 4N)"})
     avg_seq_len: int = field(default=64, metadata={"help": "sequence length of the averaging pass"})
@@ -85,12 +93,16 @@ class BenchmarkArguments:
             raise PapaError("--device cuda but CUDA is not available")
         if self.sorted_heads is not None and not os.path.exists(self.sorted_heads):
             raise PapaError(f"--sorted_heads {self.sorted_heads} does not exist")
+        ranked = [v for v in self.variants or [] if INFERENCE_VARIANTS[v].heads == "ranked"]
+        if ranked and self.sorted_heads is None:
+            raise PapaError(f"--variants '{ranked[0]}' needs --sorted_heads (a ranking run's sorted_heads.json)")
 
 
 def bench_inference(args, config):
     L, H = config.num_hidden_layers, config.num_attention_heads
     stock = load_encoder(args, stock_implementation(config))
-    variants = {name: v for name, v in INFERENCE_VARIANTS.items() if v.heads != "ranked" or args.sorted_heads}
+    variants = {name: v for name, v in INFERENCE_VARIANTS.items()
+                if (v.heads != "ranked" or args.sorted_heads) and (args.variants is None or name in args.variants)}
     rows = []
     for T in args.seq_lens:
         inputs = inference_inputs(config, args.batch_size, T, args.device)
@@ -111,11 +123,13 @@ def bench_inference(args, config):
             return run
 
         print(f"[bench] inference T={T}: {len(models)} variants x {args.repeats} repeats", file=sys.stderr, flush=True)
-        times = interleaved_times({name: runner(m) for name, m in models.items()}, args.repeats, args.warmup, args.device)
+        times, beside = sandwiched_times({name: runner(m) for name, m in models.items()}, "stock", args.repeats,
+                                         args.warmup, args.device)
         modelled = None if str(args.device).startswith("cuda") else modelled_time_share(runner(stock))
         stock_median = statistics.median(times["stock"])
         for name in models:
             stats = summary(times[name])
+            paired = [1.0] if name == "stock" else paired_ratios(beside[name], times[name])  # stock beside / variant
             flops = flop_bound(config, T, heads[name], args.batch_size)
             ratio = stock_median / stats["median_s"]
             rows.append({
@@ -123,8 +137,8 @@ def bench_inference(args, config):
                 **stats,
                 "speed_ratio_to_stock": ratio,
                 "time_ratio_to_stock": 1.0 / ratio,
-                "paired_speed_ratio": paired_ratio(times["stock"], times[name]),
-                "paired_speed_ratio_ci95": median_interval(paired_ratios(times["stock"], times[name])),
+                "paired_speed_ratio": statistics.median(paired),
+                "paired_speed_ratio_ci95": (1.0, 1.0) if name == "stock" else median_interval(paired),
                 "flop_removed_share": flops["removed_share"],
                 "flop_bound_speedup": flops["bound_speedup"],
                 "percent_of_bound": None if name == "stock" else percent_of_bound(ratio, flops["bound_speedup"]),
@@ -137,7 +151,8 @@ def bench_inference(args, config):
         # what mixing both kinds in a layer costs: every layer mixed against whole layers constant, same k
         mixed, whole = "PAPA, 1/2 constant, every other head", "PAPA, 1/2 constant"
         if mixed in times and whole in times:
-            ratios = paired_ratios(times[mixed], times[whole])  # mixed time / whole-layers time, per round
+            # per round: (mixed / the stock beside it) over (whole layers / the stock beside it)
+            ratios = [(m / bm) / (w / bw) for m, bm, w, bw in zip(times[mixed], beside[mixed], times[whole], beside[whole])]
             row = next(r for r in rows if r["seq_len"] == T and r["variant"] == mixed)
             row["mixing_time_ratio"] = statistics.median(ratios)
             row["mixing_time_ratio_ci95"] = median_interval(ratios)
@@ -150,20 +165,31 @@ def bench_averaging(args, config):
     T, N = args.avg_seq_len, args.avg_batches
     model = load_encoder(args, "eager")
     batches = averaging_batches(config, N, args.batch_size, T)
-    variants = {name: (lambda fn=fn: fn(model, batches, T, args.device)) for name, fn in AVERAGING_VARIANTS.items()}
-    print(f"[bench] averaging: {N} batches x {args.avg_repeats} repeats", file=sys.stderr, flush=True)
-    times = interleaved_times(variants, args.avg_repeats, 1, args.device)
-    plain = statistics.median(times["plain eager forward, output_attentions"])
+    plain_name = "plain eager forward, output_attentions"
+
+    def on_next_batch(fn):
+        # one batch per call, every variant on the same batch within a round: the paired samples are
+        # a fraction of a second apart, so machine noise slower than that cancels in their ratio
+        count = iter(range(1 << 62))
+        return lambda: fn(model, [batches[next(count) % N]], T, args.device)
+
+    variants = {name: on_next_batch(fn) for name, fn in AVERAGING_VARIANTS.items()}
+    repeats = args.avg_repeats * N
+    print(f"[bench] averaging: {repeats} batches ({args.avg_repeats} passes over {N})", file=sys.stderr, flush=True)
+    times = interleaved_times(variants, repeats, 1, args.device)
+    plain = statistics.median(times[plain_name])
     timing = []
     for name in variants:
         stats = summary(times[name])
+        # time ratios (variant / plain): the reciprocal of the speed ratios, and of their interval
+        ratios = [1 / r for r in paired_ratios(times[plain_name], times[name])]
         timing.append({"variant": name, **stats, "time_ratio_to_plain": stats["median_s"] / plain,
-                       "paired_time_ratio_to_plain": 1.0 / paired_ratio(times["plain eager forward, output_attentions"],
-                                                                        times[name])})
+                       "paired_time_ratio_to_plain": statistics.median(ratios),
+                       "paired_time_ratio_ci95": median_interval(ratios)})
     del model
     gc.collect()
     memory = []
-    ours, plain_name, L = next(iter(AVERAGING_VARIANTS)), "plain eager forward, output_attentions", config.num_hidden_layers
+    ours, L = next(iter(AVERAGING_VARIANTS)), config.num_hidden_layers
     for name, count, layers in ((ours, N, L), (ours, 4 * N, L), (ours, N, max(1, L // 2)), ("original loop", N, L),
                                 (plain_name, N, L), (plain_name, N, max(1, L // 2))):
         print(f"[bench] averaging memory: {name}, {count} batches, {layers} layers (child process)", file=sys.stderr,
