@@ -1,7 +1,8 @@
 """The measuring: interleaved timing with medians, and peak memory in fresh child processes.
 
 Timing: every repetition runs every variant once, the order rotating, so drift in the machine's
-state hits all variants alike; medians (and the IQR) after warm-up.
+state hits all variants alike; medians (and the IQR) after warm-up. `sandwiched_times` also runs a
+reference before and after each variant, so each variant pairs with reference runs next to it.
 
 Peak memory: each measurement runs in a fresh process forked from a forkserver that has only
 imported the libraries; CPU: increase of ru_maxrss over the pass, CUDA: max_memory_allocated.
@@ -26,6 +27,15 @@ def synchronize(device):
         torch.cuda.synchronize()
 
 
+def timed(run, device):
+    """Seconds `run()` takes, the device's queued work finished on both sides."""
+    synchronize(device)
+    start = time.perf_counter()
+    run()
+    synchronize(device)
+    return time.perf_counter() - start
+
+
 def interleaved_times(variants, repeats, warmup, device):
     """{name: [seconds per repetition]}: every repetition runs every variant once, order rotated."""
     names = list(variants)
@@ -33,11 +43,7 @@ def interleaved_times(variants, repeats, warmup, device):
     for rep in range(warmup + repeats):
         shift = rep % len(names)
         for name in names[shift:] + names[:shift]:
-            synchronize(device)
-            start = time.perf_counter()
-            variants[name]()
-            synchronize(device)
-            elapsed = time.perf_counter() - start
+            elapsed = timed(variants[name], device)
             if rep >= warmup:
                 times[name].append(elapsed)
     return times
@@ -51,28 +57,18 @@ def sandwiched_times(variants, reference, repeats, warmup, device):
     others = [name for name in variants if name != reference]
     times = {name: [] for name in variants}
     beside = {name: [] for name in others}
-
-    def timed(name):
-        synchronize(device)
-        start = time.perf_counter()
-        variants[name]()
-        synchronize(device)
-        return time.perf_counter() - start
-
     for rep in range(warmup + repeats):
         shift = rep % len(others) if others else 0
-        previous = timed(reference)
-        round_times = {reference: [previous]}
+        reference_times, pairs = [timed(variants[reference], device)], {}
         for name in others[shift:] + others[:shift]:
-            elapsed, after = timed(name), timed(reference)
-            round_times[name] = [elapsed, (previous + after) / 2]
-            round_times[reference].append(after)
-            previous = after
+            elapsed = timed(variants[name], device)
+            reference_times.append(timed(variants[reference], device))
+            pairs[name] = elapsed, (reference_times[-2] + reference_times[-1]) / 2
         if rep >= warmup:
-            times[reference].extend(round_times[reference])
-            for name in others:
-                times[name].append(round_times[name][0])
-                beside[name].append(round_times[name][1])
+            times[reference] += reference_times
+            for name, (elapsed, around) in pairs.items():
+                times[name].append(elapsed)
+                beside[name].append(around)
     return times, beside
 
 
@@ -83,9 +79,9 @@ def summary(samples):
             "n": len(ordered)}
 
 
-def paired_ratios(reference, variant):
-    """reference_time / variant_time of each repetition (same round → same machine state)."""
-    return [r / v for r, v in zip(reference, variant)]
+def paired_ratios(numerator, denominator):
+    """numerator[i] / denominator[i] for each round: two timings taken in the same machine state."""
+    return [a / b for a, b in zip(numerator, denominator)]
 
 
 # kernels whose work the FLOP model counts: matrix products and fused attention

@@ -19,6 +19,7 @@ Entry point: `papa-benchmark` (papa.cli.benchmark, papa_scripts/benchmark_papa.p
 
 import copy
 import gc
+import itertools
 import os
 import shlex
 import statistics
@@ -122,7 +123,7 @@ def bench_inference(args, config):
                     model(**inputs)
             return run
 
-        print(f"[bench] inference T={T}: {len(models)} variants x {args.repeats} repeats", file=sys.stderr, flush=True)
+        print(f"[bench] inference T={T}: {len(models)} variants x {args.repeats} rounds", file=sys.stderr, flush=True)
         times, beside = sandwiched_times({name: runner(m) for name, m in models.items()}, "stock", args.repeats,
                                          args.warmup, args.device)
         modelled = None if str(args.device).startswith("cuda") else modelled_time_share(runner(stock))
@@ -132,22 +133,22 @@ def bench_inference(args, config):
             paired = [1.0] if name == "stock" else paired_ratios(beside[name], times[name])  # stock beside / variant
             flops = flop_bound(config, T, heads[name], args.batch_size)
             ratio = stock_median / stats["median_s"]
+            weighted = None if modelled is None else time_weighted_bound(flops["removed_share"], modelled)
             rows.append({
                 "seq_len": T, "variant": name, "constant_heads": heads[name], "total_heads": L * H,
                 **stats,
                 "speed_ratio_to_stock": ratio,
                 "time_ratio_to_stock": 1.0 / ratio,
                 "paired_speed_ratio": statistics.median(paired),
-                "paired_speed_ratio_ci95": (1.0, 1.0) if name == "stock" else median_interval(paired),
+                "paired_speed_ratio_ci95": median_interval(paired),
                 "flop_removed_share": flops["removed_share"],
                 "flop_bound_speedup": flops["bound_speedup"],
                 "percent_of_bound": None if name == "stock" else percent_of_bound(ratio, flops["bound_speedup"]),
                 "stock_modelled_time_share": modelled,
-                "time_weighted_bound": None if modelled is None else time_weighted_bound(flops["removed_share"], modelled),
+                "time_weighted_bound": weighted,
+                "percent_of_time_weighted_bound": (None if weighted is None or name == "stock"
+                                                   else percent_of_bound(ratio, weighted)),
             })
-            bound = rows[-1]["time_weighted_bound"]
-            rows[-1]["percent_of_time_weighted_bound"] = (None if bound is None or name == "stock"
-                                                          else percent_of_bound(ratio, bound))
         # what mixing both kinds in a layer costs: every layer mixed against whole layers constant, same k
         mixed, whole = "PAPA, 1/2 constant, every other head", "PAPA, 1/2 constant"
         if mixed in times and whole in times:
@@ -170,7 +171,7 @@ def bench_averaging(args, config):
     def on_next_batch(fn):
         # one batch per call, every variant on the same batch within a round: the paired samples are
         # a fraction of a second apart, so machine noise slower than that cancels in their ratio
-        count = iter(range(1 << 62))
+        count = itertools.count()
         return lambda: fn(model, [batches[next(count) % N]], T, args.device)
 
     variants = {name: on_next_batch(fn) for name, fn in AVERAGING_VARIANTS.items()}
@@ -181,8 +182,7 @@ def bench_averaging(args, config):
     timing = []
     for name in variants:
         stats = summary(times[name])
-        # time ratios (variant / plain): the reciprocal of the speed ratios, and of their interval
-        ratios = [1 / r for r in paired_ratios(times[plain_name], times[name])]
+        ratios = paired_ratios(times[name], times[plain_name])  # variant time / plain time, per batch
         timing.append({"variant": name, **stats, "time_ratio_to_plain": stats["median_s"] / plain,
                        "paired_time_ratio_to_plain": statistics.median(ratios),
                        "paired_time_ratio_ci95": median_interval(ratios)})
