@@ -449,3 +449,27 @@ def test_token_tasks_get_prefix_spaces_with_byte_level_bpe(tmp_path):
     assert words.word_ids()[1:4] == [0, 1, 2]  # one piece per word: each was read with its leading space
     bert = load_config_and_tokenizer(None, None, ner, tags, 32)[2]  # WordPiece: words split on their own
     assert bert(["EU", "rejects"], is_split_into_words=True).word_ids()[1:3] == [0, 1]
+
+
+def test_attention_dropout_masks_follow_the_stock_head_order():
+    """Heads laid out [dynamic | replaced] draw their attention-dropout mask in the stock head order,
+    so a seeded training step drops the same entries of each head as an unpermuted layer did and
+    seeded runs reproduce across the layout change."""
+    import torch.nn.functional as F
+    import transformers
+
+    from tiny_encoders import tiny_config
+
+    config = tiny_config("bert")
+    config.hidden_dropout_prob, config.attention_probs_dropout_prob = 0.0, 0.5  # attention dropout: the only draw
+    torch.manual_seed(0)
+    model = transformers.BertModel(config)
+    papa.patch_model(model, random_constants(), static_heads={0: [1]})
+    assert attention_modules(model)[0].papa_head_order == [0, 2, 3, 1]  # layer 0 is permuted
+    ids, mask = padded_batch("bert")
+    expected = run(model.eval(), ids, mask, output_attentions=True).attentions[0]  # (B, H, T, T), stock order
+    torch.manual_seed(5)
+    got = run(model.train(), ids, mask, output_attentions=True).attentions[0]
+    torch.manual_seed(5)
+    keep = F.dropout(torch.ones_like(expected), p=0.5)  # the forward's first draw, in the stock order
+    assert_close(got, expected * keep)

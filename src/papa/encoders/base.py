@@ -22,7 +22,8 @@ group is then a contiguous slice in every step, with no per-call gather or scatt
 computes the same function (the output projection sums over heads, so only the order of a float
 sum changes); attentions are returned in the stock head order, while the heads' concatenated outputs
 (the output projection's input) and the saved weights follow the layout, which
-`config.papa["head_layout"]` records for reload.
+`config.papa["head_layout"]` records for reload. Attention-dropout masks are drawn in the stock
+head order, so seeded training is the same in either layout.
 
 Two code paths compute the same thing:
 - the probabilities path materialises every head's (B, H, T, T) attention; it runs when
@@ -265,11 +266,20 @@ class PapaAttention:
             if self.head_mode == "constant":
                 probs[:, D:] = self._constants().to(probs.dtype)
             probs = normalize_rows(probs, valid)  # mean-output heads keep all-zero rows: they do not attend
-        probs = F.dropout(probs, p=self.papa_dropout_p, training=self.training)
+        probs = self._dropout(probs)
         context = torch.matmul(probs, values.transpose(1, 2)).transpose(1, 2)  # (B, T, H, d)
         if self.static_heads and self.head_mode == "mean_output":
             context[:, :, D:] = self._replaced_output(values[:, :, D:], valid)
         return context, probs
+
+    def _dropout(self, probs):
+        """Attention dropout, its mask drawn in the stock head order: a seed drops the same
+        entries of each head whatever the layout, so seeded training matches an unpermuted layer."""
+        if not (self.training and self.papa_dropout_p > 0) or self.papa_head_order is None:
+            return F.dropout(probs, p=self.papa_dropout_p, training=self.training)
+        keep = F.dropout(torch.ones_like(probs), p=self.papa_dropout_p)  # (B, H, T, T) in the stock order: 0 or 1/(1-p)
+        order = torch.tensor(self.papa_head_order, device=probs.device)
+        return probs * keep.index_select(1, order)
 
     # ------------------------------------------------------------------ adapter defaults
 
