@@ -4,7 +4,14 @@
     accumulate_attention   average each head's attention over data → the constant matrices
     build_model, set_trainable, save_papa_model, load_papa_model
     sorted_heads_from_lambdas, save_ranking, load_sorted_heads, first_k_heads
+
+Importing papa asks PyTorch for huge pages for its large CPU tensors (papa/hugepages.py): fewer page
+faults, same values.
 """
+
+from . import hugepages
+
+hugepages.enable()  # before any model allocates: papa/hugepages.py
 
 from .attention import lambdas_array, load_constant_matrices, patch_model
 from .averaging import AttentionAverager, accumulate_attention

@@ -7,6 +7,7 @@ import platform
 import torch
 import transformers
 
+from .. import hugepages
 from .flops import FLOP_NOTE, percent_of_bound
 
 MEMORY_TOLERANCE = (0.10, 4.0)  # "equal" memory: within 10 % or 4 MB (RSS granularity and allocator noise)
@@ -26,7 +27,7 @@ def machine_info(args):
         "cpu": cpu, "logical_cpus": os.cpu_count(), "torch_threads": torch.get_num_threads(),
         "platform": platform.platform(), "python": platform.python_version(),
         "torch": torch.__version__, "transformers": transformers.__version__,
-        "load_average_1m": os.getloadavg()[0],
+        "load_average_1m": os.getloadavg()[0], "huge_pages": hugepages.describe(),
         "device": args.device, "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
     }
     if str(args.device).startswith("cuda"):
@@ -222,7 +223,8 @@ def markdown(results):
              f"{m['cpu']} ({m['logical_cpus']} logical CPUs, torch threads {m['torch_threads']}), device "
              f"{m['device']}{' ' + m['gpu'] if 'gpu' in m else ''}; torch {m['torch']}, transformers "
              f"{m['transformers']}, Python {m['python']}; {m['date']}; 1-min load average "
-             f"{m['load_average_1m']:.2f} at start, {m.get('load_average_1m_end', float('nan')):.2f} at end. "
+             f"{m['load_average_1m']:.2f} at start, {m.get('load_average_1m_end', float('nan')):.2f} at end; "
+             f"huge pages: {m.get('huge_pages', 'not recorded')}. "
              f"Command: `{s['command']}`. Medians of interleaved repetitions after warm-up."]
     sections = [("inference", _inference_section), ("averaging", _averaging_section), ("training", _training_section)]
     for key, section in sections:
