@@ -12,6 +12,7 @@ from torch.testing import assert_close
 from transformers import BertConfig, BertModel
 
 from papa.averaging import AttentionAverager, accumulate_attention, shard
+from papa.encoders import attention_modules
 from tiny_encoders import FAMILY_NAMES, H as FH, L as FL, T as FT
 from tiny_encoders import padded_batch as family_batch, tiny_model as tiny_family_model
 
@@ -241,3 +242,35 @@ def test_averaging_a_partly_patched_model_reports_stock_head_order(name):
             assert_close(got.averages()[last, head], want.averages()[last, head], rtol=1e-5, atol=1e-6)
             assert_close(got.mean_outputs()[last, head], want.mean_outputs()[last, head], rtol=1e-5, atol=1e-5)
     assert_close(got.averages()[:last], want.averages()[:last], rtol=1e-5, atol=1e-6)
+
+
+def modules_started(encoder, run):
+    """Names of the encoder's modules in the order their forwards started while `run()` ran."""
+    started = []
+    handles = [module.register_forward_pre_hook(lambda module, args, name=name: started.append(name))
+               for name, module in encoder.named_modules() if name]
+    try:
+        run()
+    finally:
+        for handle in handles:
+            handle.remove()
+    return started
+
+
+@pytest.mark.parametrize("mean_outputs", [False, True], ids=["attention", "mean_outputs"])
+@pytest.mark.parametrize("name", FAMILY_NAMES)
+def test_the_averaging_forward_ends_after_the_last_layers_statistics(name, mean_outputs):
+    """The pass starts a plain forward's modules in its order up to the last layer's attention (and, for
+    mean outputs, the projection reading its heads), then stops: that layer's feed-forward never runs."""
+    model = tiny_family_model(name, "eager", head="base")
+    ids, mask = family_batch(name)
+    with torch.no_grad():
+        full = modules_started(model, lambda: model(input_ids=ids, attention_mask=mask))
+    ran = modules_started(model, lambda: accumulate_attention(model, batches(ids, mask, 3), FT,
+                                                              mean_outputs=mean_outputs))
+    assert ran == full[: len(ran)]
+    modules = dict(model.named_modules())
+    last_attention = next(n for n, m in modules.items() if m is attention_modules(model)[-1])
+    assert last_attention in ran
+    skipped_linears = [n for n in full[len(ran):] if isinstance(modules[n], torch.nn.Linear)]
+    assert len(skipped_linears) >= 2, skipped_linears  # the last feed-forward block's two (or more)

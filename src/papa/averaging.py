@@ -14,7 +14,9 @@ exactly the original's `attention_sums.pt`, `attention_patterns_sums.pt` and `av
 The statistics are accumulated *inside* the forward, by hooks on each layer's attention module
 (and on the projection that reads the heads' outputs), so no layer's probabilities outlive that
 layer and peak memory does not grow with the number of layers; HF is never asked to collect
-`output_attentions`. The sums live in float64 so hundreds of thousands of examples lose nothing.
+`output_attentions`. Once the last layer's statistics are in, the forward stops: the rest of
+that layer (its A·V, output projection and feed-forward block) and the pooler feed nothing the
+averages use (a sixth of MiniLM's forward, less the last layer's scores). The sums live in float64 so hundreds of thousands of examples lose nothing.
 Across processes (torchrun / accelerate), every process sees a disjoint shard of the examples
 (no sampler padding, so nothing is counted twice) and the sums are all-reduced.
 """
@@ -100,6 +102,10 @@ class AttentionAverager:
             save_tensor(self.mean_outputs().cpu(), os.path.join(output_dir, "mean_outputs.pt"))
 
 
+class _LastLayerRecorded(Exception):
+    """Raised by the recording hooks when the last layer's statistics are in: ends the forward."""
+
+
 def _safe_divide(sums, counts):
     seen = counts > 0
     return torch.where(seen, sums / torch.where(seen, counts, torch.ones_like(counts)), torch.zeros_like(sums))
@@ -133,7 +139,8 @@ def recording(encoder, averager, valid_of_batch, mean_outputs):
 
     Stock modules return their probabilities under eager attention (DeBERTa only when asked, so
     its flag is set per call); sdpa models are switched to eager for the duration. Patched
-    modules are told to return theirs. Everything is restored on exit.
+    modules are told to return theirs. The hook that records the last layer's last statistic
+    raises `_LastLayerRecorded` (the caller ends the forward there). Everything is restored on exit.
     """
     family = family_for(encoder)
     modules = attention_modules(encoder)
@@ -142,6 +149,17 @@ def recording(encoder, averager, valid_of_batch, mean_outputs):
     switch = not patched and implementation not in (None, "eager")
     if switch:
         encoder.set_attn_implementation("eager")
+
+    last_layer = len(modules) - 1
+    last_needs = {"attention", "outputs"} if mean_outputs else {"attention"}
+    last_recorded = set()
+
+    def recorded(layer, statistic):
+        if layer == last_layer:
+            last_recorded.add(statistic)
+            if last_recorded == last_needs:  # every hook fires once per forward, in a family-specific order
+                last_recorded.clear()
+                raise _LastLayerRecorded
 
     def ask_for_probs(module, args, kwargs):  # DeBERTa: forward(hidden, mask, output_attentions, ...)
         if "output_attentions" in kwargs or len(args) < 3:
@@ -157,6 +175,7 @@ def recording(encoder, averager, valid_of_batch, mean_outputs):
                 raise PapaError(f"layer {layer} returned no attention probabilities: load the model with "
                                 "attn_implementation='eager'")
             averager.add_attention(layer, probs, valid_of_batch())
+            recorded(layer, "attention")
         return hook
 
     def output_hook(layer, num_heads):
@@ -166,6 +185,7 @@ def recording(encoder, averager, valid_of_batch, mean_outputs):
             if isinstance(modules[layer], PapaAttention):
                 by_head = modules[layer].papa_stock_order(by_head, dim=2)
             averager.add_outputs(layer, by_head, valid_of_batch())
+            recorded(layer, "outputs")
         return hook
 
     try:
@@ -211,7 +231,10 @@ def accumulate_attention(model, batches, seq_len, device="cpu", progress=None, m
                 raise ValueError(f"batch has length {inputs['input_ids'].shape[1]}, expected padding to {seq_len}")
             averager.add_batch(inputs["attention_mask"])
             current["valid"] = inputs["attention_mask"].float()
-            encoder(**inputs, return_dict=True)
+            try:
+                encoder(**inputs, return_dict=True)
+            except _LastLayerRecorded:
+                pass  # the forward ended after the last statistic it feeds
             if progress is not None:
                 progress.update(1)
     return averager
