@@ -16,7 +16,8 @@ The statistics are accumulated *inside* the forward, by hooks on each layer's at
 layer and peak memory does not grow with the number of layers; HF is never asked to collect
 `output_attentions`. Once the last layer's statistics are in, the forward stops: the rest of
 that layer (its A·V, output projection and feed-forward block) and the pooler feed nothing the
-averages use (a sixth of MiniLM's forward, less the last layer's scores). The sums live in float64 so hundreds of thousands of examples lose nothing.
+averages use (most of one of MiniLM's six layers). The sums live in float64 so hundreds of
+thousands of examples lose nothing.
 Across processes (torchrun / accelerate), every process sees a disjoint shard of the examples
 (no sampler padding, so nothing is counted twice) and the sums are all-reduced.
 """
