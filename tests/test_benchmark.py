@@ -124,6 +124,65 @@ def test_median_interval_covers_the_median_in_95_percent_of_samples():
     assert 0.95 <= hits / 4000 <= 0.975  # exact coverage at n = 20 is 95.86%
 
 
+def test_clustered_interval_with_one_cluster_is_a_bootstrap_of_the_median():
+    """One cluster: a plain bootstrap of the median, whose 95% interval for 41 evenly spaced
+    values spans about the binomial interval's ranks (Conover's table: 14th to 28th of 40; here 41)."""
+    samples = [float(i) for i in range(41)]
+    low, high = harness.clustered_median_interval(samples, [0] * 41)
+    binomial_low, binomial_high = harness.median_interval(samples)
+    assert abs(low - binomial_low) <= 2 and abs(high - binomial_high) <= 2
+    assert harness.clustered_median_interval(samples, [0] * 41) == (low, high)  # seeded: reproducible
+
+
+def test_clustered_interval_widens_with_the_spread_between_clusters():
+    """Five processes, tight within, far apart: the interval must reach across the processes'
+    levels, where the binomial interval of the pooled rounds stays near the middle one."""
+    rng = random.Random(1)
+    levels = [1.00, 1.02, 1.04, 1.06, 1.08]
+    samples = [level + rng.gauss(0, 0.001) for level in levels for _ in range(30)]
+    clusters = [i for i in range(5) for _ in range(30)]
+    low, high = harness.clustered_median_interval(samples, clusters)
+    naive_low, naive_high = harness.median_interval(samples)
+    assert low <= 1.021 and high >= 1.059
+    assert naive_high - naive_low < 0.01
+
+
+@pytest.mark.slow
+def test_clustered_interval_covers_a_random_effects_median():
+    """Rounds x = μ_p + ε with process effects μ_p ~ N(0, 1) and ε ~ N(0, 0.1): the median of the
+    population is 0. The two-stage bootstrap over 8 processes covers it in most samples (a
+    percentile bootstrap over few clusters undercovers somewhat); the binomial interval of the
+    pooled rounds, which takes them as independent, misses it most of the time."""
+    rng = random.Random(2)
+    hits = naive_hits = 0
+    trials = 120
+    for _ in range(trials):
+        effects = [rng.gauss(0, 1) for _ in range(8)]
+        samples = [mu + rng.gauss(0, 0.1) for mu in effects for _ in range(15)]
+        clusters = [p for p in range(8) for _ in range(15)]
+        low, high = harness.clustered_median_interval(samples, clusters, resamples=400, seed=rng.randrange(10**6))
+        hits += low <= 0 <= high
+        naive_low, naive_high = harness.median_interval(samples)
+        naive_hits += naive_low <= 0 <= naive_high
+    assert hits / trials >= 0.8 and naive_hits / trials <= 0.5
+
+
+def test_processes_pool_fresh_processes(tmp_path):
+    out = tmp_path / "pooled.json"
+    run_command(script("benchmark_papa.py") + ["--tiny", "--threads", "1", "--repeats", "3", "--processes", "2",
+                                               "--seq_lens", "16", "--skip", "averaging", "training",
+                                               "--variants", "all constant", "--json", str(out)], timeout=240)
+    results = json.loads(out.read_text())
+    rows = results["inference"]
+    assert [r["variant"] for r in rows] == ["stock", "PAPA, all constant"]
+    assert [r["n"] for r in rows] == [2 * 3 * 2, 2 * 3]  # rounds of both processes; stock twice per round
+    assert all(r["processes"] == 2 for r in rows)
+    low, high = rows[1]["paired_speed_ratio_ci95"]
+    assert low <= rows[1]["paired_speed_ratio"] <= high
+    table = out.with_suffix(".md").read_text()
+    assert "3 rounds in each of 2 fresh processes, pooled" in table and "two-stage bootstrap" in table
+
+
 def test_smoke_run_tiny(tmp_path):
     out = tmp_path / "tiny.json"
     ranking = tmp_path / "sorted_heads.json"

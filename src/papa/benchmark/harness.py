@@ -4,6 +4,9 @@ Timing: every repetition runs every variant once, the order rotating, so drift i
 state hits all variants alike; medians (and the IQR) after warm-up. `sandwiched_times` also runs a
 reference before and after each variant, so each variant pairs with reference runs next to it.
 
+With --processes N the inference rounds run in N fresh child processes, one after another, and
+pool; `clustered_median_interval` then treats each process's rounds as one cluster.
+
 Peak memory: each measurement runs in a fresh process forked from a forkserver that has only
 imported the libraries; CPU: increase of ru_maxrss over the pass, CUDA: max_memory_allocated.
 """
@@ -126,6 +129,31 @@ def median_interval(samples, level=0.95):
     return ordered[j], ordered[n - 1 - j]
 
 
+def clustered_median_interval(samples, clusters, level=0.95, resamples=2000, seed=0):
+    """95% interval of the median of samples that come in clusters (rounds of one process).
+
+    Rounds of one process share its state (memory layout, allocator, caches), so they are not
+    independent and the binomial interval of `median_interval` would be too narrow. This is a
+    two-stage bootstrap: draw the clusters with replacement, then each drawn cluster's samples
+    with replacement, and take the median of the pooled draw; the interval is the central `level`
+    of those medians (percentile method; seeded, so a report is reproducible).
+    """
+    import random
+
+    groups = {}
+    for value, cluster in zip(samples, clusters, strict=True):
+        groups.setdefault(cluster, []).append(value)
+    groups = list(groups.values())
+    rng = random.Random(seed)
+    medians = []
+    for _ in range(resamples):
+        drawn = [rng.choice(group) for group in rng.choices(groups, k=len(groups)) for _ in group]
+        medians.append(statistics.median(drawn))
+    medians.sort()
+    tail = (1 - level) / 2
+    return medians[int(tail * resamples)], medians[min(resamples - 1, int((1 - tail) * resamples))]
+
+
 def current_rss_mb():
     with open("/proc/self/statm") as f:
         return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20
@@ -192,7 +220,14 @@ def measure_memory(args, job):
 
 def _child_entry(args, job, queue):
     try:
-        queue.put(("ok", measure_memory(args, job)))
+        if job["kind"] == "inference":  # timing in a fresh process (--processes)
+            from .run import time_inference
+
+            quiet_transformers()
+            torch.set_num_threads(args.threads or torch.get_num_threads())
+            queue.put(("ok", time_inference(args, load_config(args))))
+        else:
+            queue.put(("ok", measure_memory(args, job)))
     except BaseException:  # noqa: BLE001 - reported to the parent
         import traceback
 
@@ -203,7 +238,7 @@ _FORKSERVER = None
 
 
 def run_child(args, job):
-    """`measure_memory` in a fresh child process.
+    """`measure_memory` (or, for job kind "inference", `run.time_inference`) in a fresh child process.
 
     Children are forked from a forkserver that imported the benchmark's modules (torch,
     transformers, papa) once but never ran a model, so each starts clean without paying the
@@ -224,5 +259,5 @@ def run_child(args, job):
     finally:
         process.join(timeout=60)
     if status != "ok":
-        raise RuntimeError(f"memory child {job} failed:\n{payload}")
+        raise RuntimeError(f"benchmark child {job} failed:\n{payload}")
     return payload

@@ -171,13 +171,18 @@ def _inference_section(rows, s):
           f"{r['flop_bound_speedup']:.3f}x", _percent(r["percent_of_bound"]),
           "–" if r.get("time_weighted_bound") is None else f"{r['time_weighted_bound']:.3f}x",
           _percent(r.get("percent_of_time_weighted_bound"))] for r in rows])
+    processes = rows[0].get("processes", 1) if rows else 1
+    rounds = f"{s['repeats']} rounds" + (f" in each of {processes} fresh processes, pooled" if processes > 1 else "")
+    interval = ("a distribution-free 95% confidence interval of that median (binomial order statistics)"
+                if processes == 1 else
+                "a 95% interval of that median from a two-stage bootstrap (processes drawn with replacement, then "
+                "their rounds), since rounds of one process share its state")
     return ([f"## Inference (batch {s['batch_size']}, last quarter of each row padded, no attentions, "
-             f"inference_mode; {s['repeats']} rounds)", ""] + table
+             f"inference_mode; {rounds})", ""] + table
             + ["", f"stock = the stock model with {s.get('stock_attention', 'sdpa')} attention. Constant heads: "
                    f"{s.get('inference_head_choice', '')}. speed vs stock = stock median / variant median; paired = "
                    "median over rounds of the mean time of the stock runs just before and after the variant / the variant's "
-                   "time (each round runs stock, v1, stock, v2, …, stock), with a distribution-free 95% confidence "
-                   "interval of that median (binomial order statistics). FLOP model: "
+                   "time (each round runs stock, v1, stock, v2, …, stock), with " + interval + ". FLOP model: "
                    + FLOP_NOTE + " " + _time_weighted_note(rows)] + _mixing_note(rows))
 
 

@@ -34,8 +34,8 @@ from ..errors import PapaError
 from ..io import save_json, save_text
 from ..modeling import default_model_path
 from .flops import FLOP_NOTE, flop_bound, percent_of_bound, time_weighted_bound
-from .harness import (interleaved_times, median_interval, modelled_time_share, paired_ratios, run_child,
-                      sandwiched_times, summary)
+from .harness import (clustered_median_interval, interleaved_times, median_interval, modelled_time_share, paired_ratios,
+                      run_child, sandwiched_times, summary)
 from .report import goals, machine_info, markdown
 from .workloads import (AVERAGING_VARIANTS, FAMILY_CONFIGS, INFERENCE_VARIANTS, TRAINING_VARIANTS, averaging_batches,
                         chosen_heads, inference_inputs, load_config, load_encoder, quiet_transformers,
@@ -64,6 +64,10 @@ class BenchmarkArguments:
     seq_lens: list[int] = field(default_factory=lambda: [64, 128], metadata={"help": "sequence lengths for inference"})
     repeats: int = field(default=15, metadata={
         "help": "timed rounds of inference; a round runs every variant once, with the stock model before and after each"})
+    processes: int = field(default=1, metadata={
+        "help": "run the inference rounds in this many fresh processes, one after another, and pool them: "
+                "processes differ (memory layout, allocator and cache state) by more than one process's interval "
+                "shows; with more than one, intervals come from a bootstrap over processes and their rounds"})
     variants: list[str] | None = field(default=None, metadata={
         "choices": list(INFERENCE_VARIANTS),
         "help": "inference variants to time against the stock model, quoted (default: all; the ranked ones need "
@@ -84,7 +88,7 @@ class BenchmarkArguments:
 
     def __post_init__(self):
         self.model_name_or_path = self.model_name_or_path or default_model_path()
-        for name in ("batch_size", "repeats", "avg_batches", "avg_seq_len", "avg_repeats", "train_seq_len",
+        for name in ("batch_size", "repeats", "processes", "avg_batches", "avg_seq_len", "avg_repeats", "train_seq_len",
                      "train_repeats"):
             if getattr(self, name) <= 0:
                 raise PapaError(f"--{name} must be positive; got {getattr(self, name)}")
@@ -99,12 +103,15 @@ class BenchmarkArguments:
             raise PapaError(f"--variants '{ranked[0]}' needs --sorted_heads (a ranking run's sorted_heads.json)")
 
 
-def bench_inference(args, config):
+def time_inference(args, config):
+    """Interleaved inference timings in this process: one dict per sequence length with the raw
+    per-round seconds of every variant (`times`), the stock runs beside each (`beside`), the constant
+    heads of each and the stock forward's modelled time share (profiler)."""
     L, H = config.num_hidden_layers, config.num_attention_heads
     stock = load_encoder(args, stock_implementation(config))
     variants = {name: v for name, v in INFERENCE_VARIANTS.items()
                 if (v.heads != "ranked" or args.sorted_heads) and (args.variants is None or name in args.variants)}
-    rows = []
+    measured = []
     for T in args.seq_lens:
         inputs = inference_inputs(config, args.batch_size, T, args.device)
         constants = random_constants(config, T)
@@ -127,20 +134,62 @@ def bench_inference(args, config):
         times, beside = sandwiched_times({name: runner(m) for name, m in models.items()}, "stock", args.repeats,
                                          args.warmup, args.device)
         modelled = None if str(args.device).startswith("cuda") else modelled_time_share(runner(stock))
+        measured.append({"seq_len": T, "times": times, "beside": beside, "heads": heads, "modelled": modelled})
+        del models
+        gc.collect()
+    return measured
+
+
+def _pool(processes):
+    """One process's measurements per sequence length, or several processes' pooled: samples
+    concatenated in process order, with `process` giving each round's process."""
+    pooled = []
+    for per_length in zip(*processes):
+        first = per_length[0]
+        shares = [m["modelled"] for m in per_length if m["modelled"] is not None]
+        pooled.append({
+            "seq_len": first["seq_len"], "heads": first["heads"],
+            "modelled": statistics.median(shares) if shares else None,
+            "times": {name: [t for m in per_length for t in m["times"][name]] for name in first["times"]},
+            "beside": {name: [t for m in per_length for t in m["beside"][name]] for name in first["beside"]},
+            "process": [i for i, m in enumerate(per_length) for _ in next(iter(m["beside"].values()), [])],
+        })
+    return pooled
+
+
+def bench_inference(args, config):
+    if args.processes == 1:
+        measured = _pool([time_inference(args, config)])
+    else:  # each process loads its own models: its memory layout and allocator state are its own
+        runs = []
+        for index in range(args.processes):
+            print(f"[bench] inference: process {index + 1} of {args.processes}", file=sys.stderr, flush=True)
+            runs.append(run_child(args, {"kind": "inference"}))
+        measured = _pool(runs)
+    rows = []
+    for measurement in measured:
+        T, times, beside = measurement["seq_len"], measurement["times"], measurement["beside"]
+        heads, modelled, process = measurement["heads"], measurement["modelled"], measurement["process"]
+
+        def interval(per_round):  # a process's rounds share its state: with several, resample processes too
+            return median_interval(per_round) if args.processes == 1 else clustered_median_interval(per_round, process)
+
         stock_median = statistics.median(times["stock"])
-        for name in models:
+        for name in times:
             stats = summary(times[name])
             paired = [1.0] if name == "stock" else paired_ratios(beside[name], times[name])  # stock beside / variant
             flops = flop_bound(config, T, heads[name], args.batch_size)
             ratio = stock_median / stats["median_s"]
             weighted = None if modelled is None else time_weighted_bound(flops["removed_share"], modelled)
             rows.append({
-                "seq_len": T, "variant": name, "constant_heads": heads[name], "total_heads": L * H,
+                "seq_len": T, "variant": name, "constant_heads": heads[name],
+                "total_heads": config.num_hidden_layers * config.num_attention_heads,
                 **stats,
                 "speed_ratio_to_stock": ratio,
                 "time_ratio_to_stock": 1.0 / ratio,
                 "paired_speed_ratio": statistics.median(paired),
-                "paired_speed_ratio_ci95": median_interval(paired),
+                "paired_speed_ratio_ci95": (1.0, 1.0) if name == "stock" else interval(paired),
+                "processes": args.processes,
                 "flop_removed_share": flops["removed_share"],
                 "flop_bound_speedup": flops["bound_speedup"],
                 "percent_of_bound": None if name == "stock" else percent_of_bound(ratio, flops["bound_speedup"]),
@@ -156,9 +205,7 @@ def bench_inference(args, config):
             ratios = [(m / bm) / (w / bw) for m, bm, w, bw in zip(times[mixed], beside[mixed], times[whole], beside[whole])]
             row = next(r for r in rows if r["seq_len"] == T and r["variant"] == mixed)
             row["mixing_time_ratio"] = statistics.median(ratios)
-            row["mixing_time_ratio_ci95"] = median_interval(ratios)
-        del models
-        gc.collect()
+            row["mixing_time_ratio_ci95"] = interval(ratios)
     return rows
 
 
