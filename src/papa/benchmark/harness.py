@@ -14,6 +14,7 @@ imported the libraries; CPU: increase of ru_maxrss over the pass, CUDA: max_memo
 import gc
 import math
 import os
+import random
 import resource
 import statistics
 import sys
@@ -138,8 +139,6 @@ def clustered_median_interval(samples, clusters, level=0.95, resamples=2000, see
     with replacement, and take the median of the pooled draw; the interval is the central `level`
     of those medians (percentile method; seeded, so a report is reproducible).
     """
-    import random
-
     groups = {}
     for value, cluster in zip(samples, clusters, strict=True):
         groups.setdefault(cluster, []).append(value)
@@ -181,11 +180,8 @@ def set_malloc_mmap_threshold(nbytes):
         return False
 
 
-def measure_memory(args, job):
+def measure_memory(args, job, config):
     """Run one measurement in this (fresh) process and return its peak memory figures."""
-    quiet_transformers()
-    torch.set_num_threads(args.threads or torch.get_num_threads())
-    config = load_config(args)
     cuda = str(args.device).startswith("cuda")
     threshold = None if cuda else (args.malloc_mmap_threshold if set_malloc_mmap_threshold(args.malloc_mmap_threshold)
                                    else None)
@@ -220,14 +216,15 @@ def measure_memory(args, job):
 
 def _child_entry(args, job, queue):
     try:
+        quiet_transformers()
+        torch.set_num_threads(args.threads or torch.get_num_threads())
+        config = load_config(args)
         if job["kind"] == "inference":  # timing in a fresh process (--processes)
             from .run import time_inference
 
-            quiet_transformers()
-            torch.set_num_threads(args.threads or torch.get_num_threads())
-            queue.put(("ok", time_inference(args, load_config(args))))
+            queue.put(("ok", time_inference(args, config)))
         else:
-            queue.put(("ok", measure_memory(args, job)))
+            queue.put(("ok", measure_memory(args, job, config)))
     except BaseException:  # noqa: BLE001 - reported to the parent
         import traceback
 
