@@ -3,6 +3,7 @@
 import json
 import math
 import random
+import statistics
 
 import pytest
 from conftest import run_command, script, tiny_config
@@ -177,6 +178,10 @@ def test_processes_pool_fresh_processes(tmp_path):
     assert [r["variant"] for r in rows] == ["stock", "PAPA, all constant"]
     assert [r["n"] for r in rows] == [2 * 3 * 2, 2 * 3]  # rounds of both processes; stock twice per round
     assert all(r["processes"] == 2 for r in rows)
+    rounds = rows[1]["rounds"]  # the variant's raw rounds, labelled by process, for later pooling
+    assert rounds["process"] == [0, 0, 0, 1, 1, 1] and len(rounds["seconds"]) == len(rounds["stock_beside_seconds"]) == 6
+    assert statistics.median(b / t for b, t in zip(rounds["stock_beside_seconds"], rounds["seconds"])) == pytest.approx(
+        rows[1]["paired_speed_ratio"])
     low, high = rows[1]["paired_speed_ratio_ci95"]
     assert low <= rows[1]["paired_speed_ratio"] <= high
     table = out.with_suffix(".md").read_text()

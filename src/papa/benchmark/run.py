@@ -190,6 +190,9 @@ def bench_inference(args, config):
                 "paired_speed_ratio": statistics.median(paired),
                 "paired_speed_ratio_ci95": (1.0, 1.0) if name == "stock" else interval(paired),
                 "processes": args.processes,
+                # the raw rounds, so runs can be pooled or re-analysed later: seconds, the stock runs around them
+                "rounds": None if name == "stock" else {"seconds": times[name], "stock_beside_seconds": beside[name],
+                                                        "process": process},
                 "flop_removed_share": flops["removed_share"],
                 "flop_bound_speedup": flops["bound_speedup"],
                 "percent_of_bound": None if name == "stock" else percent_of_bound(ratio, flops["bound_speedup"]),
