@@ -21,6 +21,7 @@ The code is papa.benchmark (installed: `papa-benchmark`, the same flags).
 
     HF_HUB_OFFLINE=1 python papa_scripts/benchmark_papa.py --threads 1 --json benchmarks/minilm_cpu.json
     python papa_scripts/benchmark_papa.py --tiny --repeats 2 --json /tmp/tiny.json   # smoke test
+    python papa_scripts/benchmark_papa.py --pool a.json b.json --json pooled.json    # pool earlier runs' rounds
 """
 
 from papa.cli.benchmark import main

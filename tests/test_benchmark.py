@@ -187,6 +187,59 @@ def test_processes_pool_fresh_processes(tmp_path):
     table = out.with_suffix(".md").read_text()
     assert "3 rounds in each of 2 fresh processes, pooled" in table and "two-stage bootstrap" in table
 
+    # a real run pools (here with a copy of itself): every round twice, each copy's processes their own clusters
+    copy = tmp_path / "again.json"
+    copy.write_text(out.read_text())
+    done = run_command(script("benchmark_papa.py") + ["--pool", str(out), str(copy), "--json", str(tmp_path / "p.json")])
+    pooled = json.loads((tmp_path / "p.json").read_text())["inference_pooled"]
+    assert [(r["variant"], r["runs"], r["processes"], r["rounds"]) for r in pooled] == [("PAPA, all constant", 2, 4, 12)]
+    assert pooled[0]["paired_speed_ratio"] == pytest.approx(rows[1]["paired_speed_ratio"])
+    assert "| 16 | PAPA, all constant | 8/8 | 2 | 4 | 12 |" in done.stdout
+
+
+def _run_json(path, batch_size, seconds, beside, process, bound=1.1):
+    """A benchmark JSON as papa-benchmark --json writes it, with given rounds of one variant at T = 64."""
+    path.write_text(json.dumps({
+        "machine": {"date": "2026-12-01"}, "settings": {"model": "m", "batch_size": batch_size, "layers": 2, "heads": 2,
+                                                       "hidden_size": 8, "intermediate_size": 16, "command": "c"},
+        "inference": [
+            {"seq_len": 64, "variant": "stock", "constant_heads": 0, "total_heads": 4, "median_s": 1.0, "rounds": None},
+            {"seq_len": 64, "variant": "PAPA, v", "constant_heads": 2, "total_heads": 4, "median_s": 1.0,
+             "flop_bound_speedup": bound, "rounds": {"seconds": seconds, "stock_beside_seconds": beside,
+                                                     "process": process}}]}))
+    return path
+
+
+def test_pool_runs_by_hand(tmp_path, capsys):
+    from papa.benchmark.pool import pool_runs
+    from papa.cli.benchmark import main
+
+    a = _run_json(tmp_path / "a.json", 32, [1, 1, 1, 1], [1.1, 1.2, 1.3, 1.4], [0, 0, 1, 1])
+    b = _run_json(tmp_path / "b.json", 32, [2, 2], [2.0, 3.0], [0, 0])
+    (row,) = pool_runs([a, b])["inference_pooled"]
+    # ratios stock beside / variant: 1.1 1.2 1.3 1.4 | 1.0 1.5 → median (1.2 + 1.3) / 2; b's process 0 is not a's
+    assert row["paired_speed_ratio"] == pytest.approx(1.25)
+    assert (row["runs"], row["processes"], row["rounds"]) == (2, 3, 6)
+    assert row["paired_percent_of_bound"] == pytest.approx(100 * 0.25 / 0.1)
+    low, high = row["paired_speed_ratio_ci95"]
+    assert 1.0 <= low <= 1.25 <= high <= 1.5
+
+    # different setups, a file without rounds, one file: one clear error each, nothing written
+    other = _run_json(tmp_path / "c.json", 8, [1], [1], [0])
+    old = json.loads(a.read_text())
+    old["inference"][1]["rounds"] = None
+    (tmp_path / "old.json").write_text(json.dumps(old))
+    for argv, message in [
+        ([a, other], f"{other} and {a} benchmark different setups (batch_size differ); pool only runs of the same model and batch size"),
+        ([a, tmp_path / "old.json"], f"{tmp_path / 'old.json'} has no raw rounds for 'PAPA, v' (written by an older "
+                                     "papa-benchmark); rerun it to pool it"),
+        ([a], "--pool needs at least two JSON files written by papa-benchmark --json"),
+    ]:
+        with pytest.raises(SystemExit) as exit_info:
+            main(["--pool", *map(str, argv), "--json", str(tmp_path / "out.json")])
+        assert exit_info.value.code == 2 and capsys.readouterr().err == f"error: {message}\n"
+    assert not (tmp_path / "out.json").exists()
+
 
 def test_smoke_run_tiny(tmp_path):
     out = tmp_path / "tiny.json"

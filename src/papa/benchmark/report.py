@@ -94,7 +94,7 @@ def goals(results):
         plain = timing["plain eager forward, output_attentions"]
         out.append({"goal": "averaging: accumulate_attention ≤ 1.00x plain eager forward with output_attentions",
                     "value": f"{ours['time_ratio_to_plain']:.3f}x (paired "
-                             f"{_ratio_with_interval(ours['paired_time_ratio_to_plain'], ours.get('paired_time_ratio_ci95'))})",
+                             f"{ratio_with_interval(ours['paired_time_ratio_to_plain'], ours.get('paired_time_ratio_ci95'))})",
                     "met": ours["time_ratio_to_plain"] <= 1.00,
                     "noise": max(relative_spread(ours), relative_spread(plain))})
         mem = [m for m in averaging["memory"] if m["variant"] == "accumulate_attention (ours)"]
@@ -120,17 +120,17 @@ def goals(results):
     return out
 
 
-def _table(headers, rows):
+def markdown_table(headers, rows):
     """A markdown table: a header, the rule, one line per row of cells."""
     lines = ["| " + " | ".join(headers) + " |", "|" + "---|" * len(headers)]
     return lines + ["| " + " | ".join(str(cell) for cell in row) + " |" for row in rows]
 
 
-def _percent(value):
+def percent_cell(value):
     return "–" if value is None else f"{value:.0f}%"
 
 
-def _ratio_with_interval(ratio, interval):
+def ratio_with_interval(ratio, interval):
     low, high = interval or (None, None)
     return f"{ratio:.3f}x" + ("" if low is None else f" ({low:.3f}–{high:.3f})")
 
@@ -138,7 +138,7 @@ def _ratio_with_interval(ratio, interval):
 def _paired(row):
     if row["variant"] == "stock":
         return "1.000x"
-    return _ratio_with_interval(row["paired_speed_ratio"], row.get("paired_speed_ratio_ci95"))
+    return ratio_with_interval(row["paired_speed_ratio"], row.get("paired_speed_ratio_ci95"))
 
 
 def _time_weighted_note(rows):
@@ -163,14 +163,14 @@ def _mixing_note(rows):
 
 
 def _inference_section(rows, s):
-    table = _table(
+    table = markdown_table(
         ["T", "variant", "constant heads", "median ms", "IQR ms", "speed vs stock", "paired (95% CI)", "FLOP bound",
          "% of bound", "time-weighted bound", "% of it"],
         [[r["seq_len"], r["variant"], f"{r['constant_heads']}/{r['total_heads']}", f"{1e3 * r['median_s']:.1f}",
           f"{1e3 * (r['p75_s'] - r['p25_s']):.1f}", f"{r['speed_ratio_to_stock']:.3f}x", _paired(r),
-          f"{r['flop_bound_speedup']:.3f}x", _percent(r["percent_of_bound"]),
+          f"{r['flop_bound_speedup']:.3f}x", percent_cell(r["percent_of_bound"]),
           "–" if r.get("time_weighted_bound") is None else f"{r['time_weighted_bound']:.3f}x",
-          _percent(r.get("percent_of_time_weighted_bound"))] for r in rows])
+          percent_cell(r.get("percent_of_time_weighted_bound"))] for r in rows])
     processes = rows[0].get("processes", 1) if rows else 1
     rounds = f"{s['repeats']} rounds" + (f" in each of {processes} fresh processes, pooled" if processes > 1 else "")
     interval = ("a distribution-free 95% confidence interval of that median (binomial order statistics)"
@@ -187,12 +187,12 @@ def _inference_section(rows, s):
 
 
 def _averaging_section(a, s):
-    timing = _table(["variant", "median ms per batch", "IQR ms", "time vs plain forward", "paired (95% CI)"],
+    timing = markdown_table(["variant", "median ms per batch", "IQR ms", "time vs plain forward", "paired (95% CI)"],
                     [[r["variant"], f"{1e3 * r['median_s']:.1f}", f"{1e3 * (r['p75_s'] - r['p25_s']):.1f}",
-                      f"{r['time_ratio_to_plain']:.3f}x", _ratio_with_interval(r["paired_time_ratio_to_plain"],
+                      f"{r['time_ratio_to_plain']:.3f}x", ratio_with_interval(r["paired_time_ratio_to_plain"],
                                                                                r.get("paired_time_ratio_ci95"))]
                      for r in a["timing"]])
-    memory = _table(["variant", "batches", "layers", "peak memory increase MB"],
+    memory = markdown_table(["variant", "batches", "layers", "peak memory increase MB"],
                     [[r["variant"], r["batches"], r.get("layers", "–"), f"{r['peak_increase_mb']:.1f}"]
                      for r in a["memory"]])
     threshold = a["memory"][0].get("malloc_mmap_threshold")
@@ -206,7 +206,7 @@ def _averaging_section(a, s):
 
 
 def _training_section(t, s):
-    table = _table(["mode", "set_trainable", "trainable params", "median ms/step", "IQR ms", "peak memory increase MB"],
+    table = markdown_table(["mode", "set_trainable", "trainable params", "median ms/step", "IQR ms", "peak memory increase MB"],
                    [[r["variant"], r["mode"], f"{r['trainable_parameters']:,}", f"{1e3 * r['median_s']:.1f}",
                      f"{1e3 * (r['p75_s'] - r['p25_s']):.1f}", f"{r['peak_increase_mb']:.1f}"] for r in t["rows"]])
     return ([f"## One training step (forward + backward + AdamW, batch {t['batch_size']}, T={t['seq_len']}, "
@@ -215,7 +215,7 @@ def _training_section(t, s):
 
 
 def _goals_section(goal_rows):
-    return ["## Goals", ""] + _table(
+    return ["## Goals", ""] + markdown_table(
         ["goal", "measured", "met", "timing noise (±½ IQR)"],
         [[g["goal"], g["value"], "yes" if g["met"] else "NO", "–" if g.get("noise") is None else f"±{100 * g['noise']:.1f}%"]
          for g in goal_rows])

@@ -14,6 +14,7 @@ Variants are interleaved within each round and medians reported (harness.py). In
 stock model before and after every variant, and the averaging pass times every variant on the same
 batch in turn, so each paired ratio compares runs a fraction of a second apart and a machine's
 drift in speed over seconds cancels in it.
+With --pool it measures nothing and reports earlier runs' inference rounds pooled (pool.py).
 Entry point: `papa-benchmark` (papa.cli.benchmark, papa_scripts/benchmark_papa.py).
 """
 
@@ -36,6 +37,7 @@ from ..modeling import default_model_path
 from .flops import FLOP_NOTE, flop_bound, percent_of_bound, time_weighted_bound
 from .harness import (clustered_median_interval, interleaved_times, median_interval, modelled_time_share, paired_ratios,
                       run_child, sandwiched_times, summary)
+from .pool import pool_runs, pooled_markdown
 from .report import goals, machine_info, markdown
 from .workloads import (AVERAGING_VARIANTS, FAMILY_CONFIGS, INFERENCE_VARIANTS, TRAINING_VARIANTS, averaging_batches,
                         chosen_heads, inference_inputs, load_config, load_encoder, quiet_transformers,
@@ -85,6 +87,9 @@ class BenchmarkArguments:
         "choices": ["inference", "averaging", "training"], "help": "benchmarks to leave out"})
     json: str | None = field(default=None, metadata={
         "help": "write all figures to this JSON file (and the markdown table to the same path with .md)"})
+    pool: list[str] | None = field(default=None, metadata={
+        "help": "measure nothing: pool the inference rounds of these earlier --json runs (same model and batch size) "
+                "and report each variant's paired ratio over all of them, every process of every run a cluster"})
 
     def __post_init__(self):
         self.model_name_or_path = self.model_name_or_path or default_model_path()
@@ -271,7 +276,9 @@ def bench_training(args, config):
 
 
 def run_benchmark(args, argv):
-    """Run the benchmarks `args` asks for; print the report and write it (--json) atomically."""
+    """Run the benchmarks `args` asks for (or pool earlier runs); print the report and write it (--json) atomically."""
+    if args.pool:
+        return _report(pool_runs(args.pool), pooled_markdown, args.json)
     quiet_transformers()
     if args.threads:
         torch.set_num_threads(args.threads)
@@ -311,9 +318,13 @@ def run_benchmark(args, argv):
     results["goals"] = goals(results)
     results["wall_seconds"] = time.perf_counter() - started
     results["machine"]["load_average_1m_end"] = os.getloadavg()[0]
-    table = markdown(results)
+    return _report(results, markdown, args.json)
+
+
+def _report(results, to_markdown, json_path):
+    table = to_markdown(results)
     print(table)
-    if args.json:
-        save_json(results, args.json, indent=2)
-        save_text(table, os.path.splitext(args.json)[0] + ".md")
+    if json_path:
+        save_json(results, json_path, indent=2)
+        save_text(table, os.path.splitext(json_path)[0] + ".md")
     return results

@@ -1,0 +1,97 @@
+"""Pool the inference rounds of several benchmark runs (`papa-benchmark --pool a.json b.json`).
+
+On a shared machine one run's paired interval is often wider than the effect it measures, and a
+quiet spell rarely lasts long enough for a long run. Every `--json` run keeps each inference
+variant's raw rounds (its times and the stock runs around them, by process), so rounds can be
+pooled afterwards: per sequence length and variant, the paired ratios of every run's rounds, with
+every process of every run its own cluster of `clustered_median_interval`. Only the paired ratio
+pools: an unpaired median mixes runs whose machine speed differed.
+"""
+
+import statistics
+
+from ..errors import PapaError
+from ..io import load_json_object
+from .flops import percent_of_bound
+from .harness import clustered_median_interval, paired_ratios
+from .report import markdown_table, percent_cell, ratio_with_interval
+
+SAME_MODEL = ("model", "batch_size", "layers", "heads", "hidden_size", "intermediate_size")  # settings runs must share
+
+
+def _load_run(path):
+    run = load_json_object(path, "pass JSON files written by papa-benchmark --json")
+    settings, rows = run.get("settings") or {}, run.get("inference") or []
+    if not rows:
+        raise PapaError(f"{path} has no inference results to pool (was it run with --skip inference?)")
+    for row in rows:
+        if row["variant"] != "stock" and not row.get("rounds"):
+            raise PapaError(f"{path} has no raw rounds for '{row['variant']}' (written by an older papa-benchmark); "
+                            "rerun it to pool it")
+    return run, settings, rows
+
+
+def pool_runs(paths):
+    """The pooled report of the runs in `paths`: {"pooled_from": [...], "settings": ..., "inference_pooled": rows}."""
+    if len(paths) < 2:
+        raise PapaError("--pool needs at least two JSON files written by papa-benchmark --json")
+    runs = [(path, *_load_run(path)) for path in paths]
+    first_path, _, first_settings, _ = runs[0]
+    for path, _, settings, _ in runs[1:]:
+        differ = [key for key in SAME_MODEL if settings.get(key) != first_settings.get(key)]
+        if differ:
+            raise PapaError(f"{path} and {first_path} benchmark different setups ({', '.join(differ)} differ); "
+                            "pool only runs of the same model and batch size")
+    pooled = {}  # (T, variant) → the row's constants, ratios, clusters, runs
+    for index, (path, run, _, rows) in enumerate(runs):
+        for row in rows:
+            if row["variant"] == "stock":
+                continue
+            rounds = row["rounds"]
+            entry = pooled.setdefault((row["seq_len"], row["variant"]), {
+                "row": row, "ratios": [], "clusters": [], "runs": 0})
+            # stock beside / variant, per round; each run's processes are clusters of their own
+            entry["ratios"] += paired_ratios(rounds["stock_beside_seconds"], rounds["seconds"])
+            entry["clusters"] += [(index, process) for process in rounds["process"]]
+            entry["runs"] += 1
+    out = []
+    for (T, variant), entry in sorted(pooled.items()):
+        row, ratios, clusters = entry["row"], entry["ratios"], entry["clusters"]
+        median, interval = statistics.median(ratios), clustered_median_interval(ratios, clusters)
+        bound = row["flop_bound_speedup"]
+        out.append({
+            "seq_len": T, "variant": variant,
+            "constant_heads": row["constant_heads"], "total_heads": row["total_heads"],
+            "runs": entry["runs"], "processes": len(set(clusters)), "rounds": len(ratios),
+            "paired_speed_ratio": median, "paired_speed_ratio_ci95": interval, "flop_bound_speedup": bound,
+            "paired_percent_of_bound": percent_of_bound(median, bound),
+            "paired_percent_of_bound_ci95": [percent_of_bound(r, bound) for r in interval],
+        })
+    sources = [{"path": str(path), "date": run["machine"].get("date"), "command": settings.get("command"),
+                "stock_median_s": {r["seq_len"]: r["median_s"] for r in rows if r["variant"] == "stock"}}
+               for path, run, settings, rows in runs]
+    return {"pooled_from": sources, "settings": {key: first_settings.get(key) for key in SAME_MODEL},
+            "inference_pooled": out}
+
+
+def pooled_markdown(results):
+    s = results["settings"]
+    lines = [f"# PAPA benchmark, pooled — {s['model']}", "", f"Batch {s['batch_size']}; the paired inference rounds of:", ""]
+    for source in results["pooled_from"]:
+        stock = ", ".join(f"T={T}: {1e3 * t:.1f} ms" for T, t in source["stock_median_s"].items())
+        lines.append(f"- `{source['path']}` ({source['date']}; stock median {stock}): `{source['command']}`")
+
+    def percent_with_interval(row):
+        low, high = (percent_cell(p) for p in row["paired_percent_of_bound_ci95"])
+        return f"{percent_cell(row['paired_percent_of_bound'])} ({low}–{high})"
+
+    lines += [""] + markdown_table(
+        ["T", "variant", "constant heads", "runs", "processes", "rounds", "paired (95% CI)", "FLOP bound",
+         "paired % of bound (95% CI)"],
+        [[r["seq_len"], r["variant"], f"{r['constant_heads']}/{r['total_heads']}", r["runs"], r["processes"],
+          r["rounds"], ratio_with_interval(r["paired_speed_ratio"], r["paired_speed_ratio_ci95"]),
+          f"{r['flop_bound_speedup']:.3f}x", percent_with_interval(r)] for r in results["inference_pooled"]])
+    lines += ["", "paired = median over all pooled rounds of (mean of the stock runs just before and after the variant) "
+                  "/ (the variant's time); 95% interval from a two-stage bootstrap over the processes of every run "
+                  "(each process its own cluster), then their rounds."]
+    return "\n".join(lines) + "\n"
