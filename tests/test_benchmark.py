@@ -229,11 +229,17 @@ def test_pool_runs_by_hand(tmp_path, capsys):
     old = json.loads(a.read_text())
     old["inference"][1]["rounds"] = None
     (tmp_path / "old.json").write_text(json.dumps(old))
+    (tmp_path / "bad.json").write_text(json.dumps({"inference": [{"variant": "stock"}]}))
+    _run_json(tmp_path / "short.json", 32, [1, 1], [1.1], [0, 0])  # a round without its stock times
     for argv, message in [
         ([a, other], f"{other} and {a} benchmark different setups (batch_size differ); pool only runs of the same model and batch size"),
         ([a, tmp_path / "old.json"], f"{tmp_path / 'old.json'} has no raw rounds for 'PAPA, v' (written by an older "
                                      "papa-benchmark); rerun it to pool it"),
         ([a], "--pool needs at least two JSON files written by papa-benchmark --json"),
+        ([a, tmp_path / "bad.json"], f"{tmp_path / 'bad.json'} is not a papa-benchmark --json file (an inference row "
+                                     "lacks seq_len, variant, constant_heads, total_heads, median_s)"),
+        ([a, tmp_path / "short.json"], f"{tmp_path / 'short.json'}: the rounds of 'PAPA, v' are incomplete; rerun it "
+                                       "to pool it"),
     ]:
         with pytest.raises(SystemExit) as exit_info:
             main(["--pool", *map(str, argv), "--json", str(tmp_path / "out.json")])

@@ -19,15 +19,25 @@ from .report import markdown_table, percent_cell, ratio_with_interval
 SAME_MODEL = ("model", "batch_size", "layers", "heads", "hidden_size", "intermediate_size")  # settings runs must share
 
 
+ROW_KEYS = ("seq_len", "variant", "constant_heads", "total_heads", "median_s")  # of every inference row
+ROUND_KEYS = ("seconds", "stock_beside_seconds", "process")
+
+
 def _load_run(path):
     run = load_json_object(path, "pass JSON files written by papa-benchmark --json")
     settings, rows = run.get("settings") or {}, run.get("inference") or []
     if not rows:
         raise PapaError(f"{path} has no inference results to pool (was it run with --skip inference?)")
     for row in rows:
-        if row["variant"] != "stock" and not row.get("rounds"):
+        if not isinstance(row, dict) or any(key not in row for key in ROW_KEYS):
+            raise PapaError(f"{path} is not a papa-benchmark --json file (an inference row lacks {', '.join(ROW_KEYS)})")
+        rounds = row.get("rounds")
+        if row["variant"] != "stock" and not rounds:
             raise PapaError(f"{path} has no raw rounds for '{row['variant']}' (written by an older papa-benchmark); "
                             "rerun it to pool it")
+        if rounds and (any(key not in rounds for key in ROUND_KEYS)
+                       or len({len(rounds[key]) for key in ROUND_KEYS}) != 1 or "flop_bound_speedup" not in row):
+            raise PapaError(f"{path}: the rounds of '{row['variant']}' are incomplete; rerun it to pool it")
     return run, settings, rows
 
 
