@@ -17,8 +17,6 @@ from .harness import clustered_median_interval, paired_ratios
 from .report import markdown_table, percent_cell, ratio_with_interval
 
 SAME_MODEL = ("model", "batch_size", "layers", "heads", "hidden_size", "intermediate_size")  # settings runs must share
-
-
 ROW_KEYS = ("seq_len", "variant", "constant_heads", "total_heads", "median_s")  # of every inference row
 ROUND_KEYS = ("seconds", "stock_beside_seconds", "process")
 
@@ -77,7 +75,7 @@ def pool_runs(paths):
             "paired_percent_of_bound": percent_of_bound(median, bound),
             "paired_percent_of_bound_ci95": [percent_of_bound(r, bound) for r in interval],
         })
-    sources = [{"path": str(path), "date": run["machine"].get("date"), "command": settings.get("command"),
+    sources = [{"path": str(path), "date": (run.get("machine") or {}).get("date"), "command": settings.get("command"),
                 "stock_median_s": {r["seq_len"]: r["median_s"] for r in rows if r["variant"] == "stock"}}
                for path, run, settings, rows in runs]
     return {"pooled_from": sources, "settings": {key: first_settings.get(key) for key in SAME_MODEL},
