@@ -9,6 +9,12 @@ A constant head's attention is norm(C) for its (T, T) matrix C. A layer that res
 further (ModernBERT's sliding-window layers) multiplies C by its band B[i, j] = 1 where j may be
 attended from i, so the constant head stays inside the window: norm(C⊙B). The band is the same
 for every example, so callers fold it into C and these functions only see the padding.
+
+Precision: the row sums Σ_j |X·P|_ij and the division by them are computed in float32 whatever the
+input's dtype, and the result rounded back once. In float16 the original's eps (1e-12) underflows
+to 0, so an all-zero row (every real `avgs.pt` has them: positions no training example reaches)
+became 0/0 = NaN, and NaN·0 spread it to every position of the next layer. Here an all-zero row
+stays exactly zero in every precision, as F.normalize keeps it (`row_divisor`).
 """
 
 import torch
@@ -17,23 +23,56 @@ import torch.nn.functional as F
 NORM_EPS = 1e-12  # F.normalize's eps, as in the original's mask_and_normalize
 
 
+def in_place_ok(*tensors):
+    """Whether the out= writes below may be used: not under autograd (it cannot record them) and not
+    while torch.compile traces (it refuses out= into non-contiguous views, and fuses the plain form)."""
+    if torch.compiler.is_compiling():
+        return False
+    return not (torch.is_grad_enabled() and any(t.requires_grad for t in tensors))
+
+
+def row_divisor(row_sums):
+    """max(row sums, eps) in float32, +inf where a row is all zero.
+
+    x / row_divisor(Σ_j |x_ij|) is F.normalize(x, p=1)'s value in every row (an all-zero row stays exactly 0);
+    the +inf makes the gradient of an all-zero row 0 rather than F.normalize's upstream / 1e-12 (1e12 times the
+    upstream gradient: in float16 that is inf, and inf · 0 from the padding pattern is NaN). Such rows are the
+    query positions no training example reached, so no training step of the original ever saw that gradient.
+    """
+    row_sums = row_sums.float()
+    return torch.where(row_sums > 0, row_sums.clamp_min(NORM_EPS), torch.inf)
+
+
+def constants_in(constant, dtype):
+    """(…, T, T) constants in `dtype`. For float16/bfloat16 each row is first scaled to unit sum in float32:
+    norm(C·P) does not change under row scaling, and so a row of tiny mass keeps its precision when rounded."""
+    if torch.finfo(dtype).bits >= 32:
+        return constant.to(dtype)
+    return (constant.float() / row_divisor(constant.abs().sum(-1, keepdim=True, dtype=torch.float32))).to(dtype)
+
+
 def padding_pattern(valid):
     """P = m_i · m_j: (B, T) → (B, 1, T, T)."""
     return valid[:, None, :, None] * valid[:, None, None, :]
 
 
+def l1_normalize(x):
+    """x / max(Σ_j |x_ij|, eps) along the last dim (F.normalize(p=1)), divided in float32, in x's dtype."""
+    return (x / row_divisor(x.abs().sum(-1, keepdim=True, dtype=torch.float32))).to(x.dtype)
+
+
 def normalize_rows(probs, valid):
     """norm(X) for (B, H, T, T) probabilities; `valid` None means no padding."""
     if valid is not None:
-        probs = probs * padding_pattern(valid)
-    return F.normalize(probs, p=1, dim=-1, eps=NORM_EPS)
+        probs = probs * padding_pattern(valid).to(probs.dtype)
+    return l1_normalize(probs)
 
 
 def normalized_constant(constant, valid):
     """norm(C·P): (H, T, T) constants → (B, H, T, T) probabilities ((1, H, T, T) without padding)."""
     if valid is None:
-        return F.normalize(constant, p=1, dim=-1, eps=NORM_EPS).unsqueeze(0)
-    return F.normalize(constant.unsqueeze(0) * padding_pattern(valid), p=1, dim=-1, eps=NORM_EPS)
+        return l1_normalize(constant).unsqueeze(0)
+    return l1_normalize(constant.unsqueeze(0) * padding_pattern(valid).to(constant.dtype))
 
 
 def constant_attention_output(constant, values, valid, out=None):
@@ -44,18 +83,18 @@ def constant_attention_output(constant, values, valid, out=None):
     (H, T, T) @ (H, T, B·d) batched matmul serves the whole batch. Without autograd the masking
     and the scaling write straight into the layouts the matmul and the caller want (out=), which
     saves two copies of V per layer on CPU; `out`, if given, is a (B, T, H, d) view to fill.
+    The matmul runs in the values' dtype; the row sums, their reciprocals and the scaling in float32.
     """
     B, T, H, d = values.shape
     if valid is None:
-        scale = 1 / constant.abs().sum(-1).clamp_min(NORM_EPS)[:, :, None]  # (H, T, 1)
+        scale = 1 / row_divisor(constant.abs().sum(-1, dtype=torch.float32))[:, :, None]  # (H, T, 1)
     else:
-        valid_t = valid.t()  # (T, B)
-        scale = valid_t / torch.matmul(constant.abs(), valid_t).clamp_min(NORM_EPS)  # (H, T, B); 0 on padded rows
-    if torch.is_grad_enabled() and (values.requires_grad or constant.requires_grad):
-        # autograd cannot record out= writes: the same math with two extra copies
-        masked = values if valid is None else values * valid[:, :, None, None]
+        valid_t = valid.t().float()  # (T, B)
+        scale = valid_t / row_divisor(torch.matmul(constant.abs().float(), valid_t))  # (H, T, B); 0 on padded rows
+    if not in_place_ok(values, constant):
+        masked = values if valid is None else values * valid[:, :, None, None].to(values.dtype)
         numerator = torch.bmm(constant, masked.permute(2, 1, 0, 3).reshape(H, T, B * d)).view(H, T, B, d)
-        result = (numerator * scale.unsqueeze(-1)).permute(2, 1, 0, 3)
+        result = (numerator * scale.unsqueeze(-1)).to(values.dtype).permute(2, 1, 0, 3)
         if out is None:
             return result.contiguous()
         out.copy_(result)
@@ -64,11 +103,11 @@ def constant_attention_output(constant, values, valid, out=None):
     if valid is None:
         by_head.copy_(values.permute(2, 1, 0, 3))
     else:
-        torch.mul(values.permute(2, 1, 0, 3), valid_t[None, :, :, None], out=by_head)
+        torch.mul(values.permute(2, 1, 0, 3), valid_t[None, :, :, None].to(values.dtype), out=by_head)
     numerator = torch.bmm(constant, by_head.view(H, T, B * d)).view(H, T, B, d)
     if out is None:
         out = values.new_empty(B, T, H, d)
-    torch.mul(numerator, scale.unsqueeze(-1), out=out.permute(2, 1, 0, 3))
+    torch.mul(numerator, scale.unsqueeze(-1), out=out.permute(2, 1, 0, 3))  # float32 product, rounded once
     return out
 
 
@@ -79,4 +118,4 @@ def mean_output(means, valid, batch_size):
     """
     H, T, d = means.shape
     out = means.permute(1, 0, 2).unsqueeze(0).expand(batch_size, T, H, d)
-    return out if valid is None else out * valid[:, :, None, None]
+    return out if valid is None else out * valid[:, :, None, None].to(out.dtype)

@@ -51,7 +51,8 @@ from dataclasses import dataclass, field
 import torch
 import torch.nn.functional as F
 
-from ..constant_math import constant_attention_output, mean_output, normalize_rows, normalized_constant
+from ..constant_math import (constant_attention_output, constants_in, in_place_ok, mean_output, normalize_rows,
+                             normalized_constant)
 from ..errors import PapaError
 from .pruning import head_rows
 
@@ -164,11 +165,12 @@ class PapaAttention:
                 f"or recompute avgs.pt at length {T}"
             )
 
-    def _constants(self):
-        """The constant matrices, restricted to where the layer may attend."""
-        if self.papa_band_mask is None:
-            return self.constant_matrices
-        return self.constant_matrices * self.papa_band_mask.to(self.constant_matrices.dtype)
+    def _constants(self, dtype):
+        """The constant matrices in `dtype`, restricted to where the layer may attend."""
+        constants = self.constant_matrices
+        if self.papa_band_mask is not None:
+            constants = constants * self.papa_band_mask.to(constants.dtype)
+        return constants_in(constants, dtype)
 
     def _mix_weights(self, dtype):
         return torch.sigmoid(self.lambdas).to(dtype)  # (H,)
@@ -178,7 +180,7 @@ class PapaAttention:
         if self.head_mode == "mean_output":
             result = mean_output(self.mean_outputs.to(values.dtype), valid, values.shape[0])
             return result if out is None else out.copy_(result)
-        return constant_attention_output(self._constants().to(values.dtype), values, valid, out=out)
+        return constant_attention_output(self._constants(values.dtype), values, valid, out=out)
 
     # ------------------------------------------------------------------ head layout
 
@@ -224,9 +226,9 @@ class PapaAttention:
         B, T, H, d = values.shape
         if self.mix_all_heads:
             dynamic = self.papa_dynamic_context(call, values)  # (B, T, H, d)
-            constant = constant_attention_output(self._constants().to(values.dtype), values, valid)
+            constant = constant_attention_output(self._constants(values.dtype), values, valid)
             weight = self._mix_weights(values.dtype)[:, None]  # (H, 1)
-            return weight * dynamic + (1 - weight) * constant
+            return constant + weight * (dynamic - constant)  # σ(λ)·A + (1−σ(λ))·C: λ's gradient reduces A − C, no cancellation
         if not self.static_heads:
             return self.papa_dynamic_context(call, values)
         if not self.dynamic_heads:
@@ -234,16 +236,16 @@ class PapaAttention:
         # heads are laid out [dynamic | replaced]: each group is one contiguous slice
         D = len(self.dynamic_heads)
         dynamic = self.papa_dynamic_context(call, values[:, :, :D])  # (B, T, D, d)
-        tracked = dynamic.requires_grad or values.requires_grad or any(p.requires_grad for p in self._replacements())
-        if torch.is_grad_enabled() and tracked:  # autograd cannot record out= writes
-            if valid is not None:  # the original re-normalises dynamic heads too: padded query rows become 0
-                dynamic = dynamic * valid[:, :, None, None]
+        row_valid = None if valid is None else valid[:, :, None, None].to(dynamic.dtype)  # (B, T, 1, 1)
+        if not in_place_ok(dynamic, values, *self._replacements()):
+            if row_valid is not None:  # the original re-normalises dynamic heads too: padded query rows become 0
+                dynamic = dynamic * row_valid
             return torch.cat([dynamic, self._replaced_output(values[:, :, D:], valid)], dim=2)
         context = values.new_empty(B, T, H, d)
         if valid is None:
             context[:, :, :D].copy_(dynamic)
         else:
-            torch.mul(dynamic, valid[:, :, None, None], out=context[:, :, :D])
+            torch.mul(dynamic, row_valid, out=context[:, :, :D])
         self._replaced_output(values[:, :, D:], valid, out=context[:, :, D:])
         return context
 
@@ -261,10 +263,11 @@ class PapaAttention:
                 probs[:, :D] = self.papa_scores(call).softmax(dim=-1).to(values.dtype)
         if self.mix_all_heads:
             weight = self._mix_weights(values.dtype)[:, None, None]  # (H, 1, 1)
-            probs = weight * probs + (1 - weight) * normalized_constant(self._constants().to(values.dtype), valid)
+            constant = normalized_constant(self._constants(values.dtype), valid)
+            probs = constant + weight * (probs - constant)  # as in the fast path
         elif self.static_heads:
             if self.head_mode == "constant":
-                probs[:, D:] = self._constants().to(probs.dtype)
+                probs[:, D:] = self._constants(probs.dtype)
             probs = normalize_rows(probs, valid)  # mean-output heads keep all-zero rows: they do not attend
         probs = self._dropout(probs)
         context = torch.matmul(probs, values.transpose(1, 2)).transpose(1, 2)  # (B, T, H, d)
