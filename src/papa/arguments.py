@@ -195,13 +195,20 @@ class AveragingArguments:
     preprocessing_num_workers: int | None = field(default=None, metadata={"help": "Processes that tokenise the data."})
     mean_outputs: bool = field(default=False, metadata={
         "help": "Also write mean_outputs.pt: each head's mean output per position (for --replace_heads_with mean_output)."})
+    mixed_precision: str = field(default="no", metadata={
+        "help": "Run the forward under autocast in fp16 or bf16 (as the original's accelerate --mixed_precision); "
+                "the sums are still accumulated in float64. One of: no, fp16, bf16."})
 
     def __post_init__(self):
         if not self.output_dir:
             raise PapaError("--output_dir is required (the folder avgs.pt goes to)")
+        if self.mixed_precision not in MIXED_PRECISIONS:
+            raise PapaError(f"--mixed_precision must be one of {', '.join(MIXED_PRECISIONS)}; got {self.mixed_precision!r}")
         for flag in ("max_length", "per_device_train_batch_size", "max_train_samples", "preprocessing_num_workers"):
             check_positive(getattr(self, flag), f"--{flag}")
 
+
+MIXED_PRECISIONS = ("no", "fp16", "bf16")
 
 NO_EFFECT = "Accepted for compatibility, no effect: the original parsed it for its training loop, which never ran."
 

@@ -56,12 +56,13 @@ class AttentionAverager:
     @torch.no_grad()
     def add_attention(self, layer, probs, valid):
         """probs: (B, H, T, T) of one layer; valid: (B, T) float."""
-        self.attention_sums[layer] += (probs * padding_pattern(valid.to(probs.dtype))).sum(0).double()
+        # summed over the batch in float32 at least (float16 / bfloat16 probabilities under autocast), then float64
+        self.attention_sums[layer] += (probs * padding_pattern(valid.to(probs.dtype))).sum(0, dtype=torch.float32).double()
 
     @torch.no_grad()
     def add_outputs(self, layer, context, valid):
         """context: (B, T, H, d) head outputs of one layer; valid: (B, T) float."""
-        masked = (context * valid.to(context.dtype)[:, :, None, None]).sum(0)  # (T, H, d)
+        masked = (context * valid.to(context.dtype)[:, :, None, None]).sum(0, dtype=torch.float32)  # (T, H, d)
         self.output_sums[layer] += masked.transpose(0, 1).double()
 
     def update(self, attentions, attention_mask):
@@ -210,12 +211,14 @@ def recording(encoder, averager, valid_of_batch, mean_outputs):
 
 
 @torch.no_grad()
-def accumulate_attention(model, batches, seq_len, device="cpu", progress=None, mean_outputs=False):
+def accumulate_attention(model, batches, seq_len, device="cpu", progress=None, mean_outputs=False,
+                         autocast_dtype=None):
     """Run `model` (any supported encoder, stock or PAPA-patched) over `batches` in eval mode and
     average its attention (and, with `mean_outputs`, its heads' outputs).
 
     batches yield dicts with input_ids, attention_mask (and token_type_ids); every batch must be
-    padded to `seq_len`. Returns an `AttentionAverager` with this process's sums (call
+    padded to `seq_len`. autocast_dtype: torch.float16 / torch.bfloat16 runs the forward under
+    autocast (the sums stay float64). Returns an `AttentionAverager` with this process's sums (call
     `all_reduce()` for the global ones).
     """
     config = model.config
@@ -233,9 +236,16 @@ def accumulate_attention(model, batches, seq_len, device="cpu", progress=None, m
             averager.add_batch(inputs["attention_mask"])
             current["valid"] = inputs["attention_mask"].float()
             try:
-                encoder(**inputs, return_dict=True)
+                with torch.autocast(torch.device(device).type, dtype=autocast_dtype or torch.float32,
+                                    enabled=autocast_dtype is not None):
+                    encoder(**inputs, return_dict=True)
             except _LastLayerRecorded:
                 pass  # the forward ended after the last statistic it feeds
+            except RuntimeError as err:
+                if autocast_dtype is None:
+                    raise
+                raise PapaError(f"the {config.model_type} forward failed under {autocast_dtype} autocast ({err}); "
+                                "stock DeBERTa v1 does on CPU: use --mixed_precision no") from None
             if progress is not None:
                 progress.update(1)
     return averager

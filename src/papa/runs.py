@@ -99,7 +99,9 @@ def run_averaging(task, args):
     loader = DataLoader(Subset(tokenized, shard(len(tokenized), rank, world_size)),
                         batch_size=args.per_device_train_batch_size, collate_fn=default_data_collator)
     progress = progress_bar(len(loader), "Averaging", disable=rank != 0)
-    averager = accumulate_attention(model, loader, args.max_length, device, progress, mean_outputs=args.mean_outputs)
+    autocast_dtype = {"no": None, "fp16": torch.float16, "bf16": torch.bfloat16}[args.mixed_precision]
+    averager = accumulate_attention(model, loader, args.max_length, device, progress, mean_outputs=args.mean_outputs,
+                                    autocast_dtype=autocast_dtype)
     progress.close()
     averager.all_reduce()
     if rank == 0:

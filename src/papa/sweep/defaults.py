@@ -69,6 +69,22 @@ def check_passthrough(extra_args):
                             "(use the sweep's own flag where there is one)")
 
 
+def averaging_precision(passthrough):
+    """The averaging stage's --mixed_precision for the training runs' passed-through --fp16 / --bf16 (HF spelling:
+    a bare flag, `--fp16 true` or `--fp16=true`)."""
+    chosen = "no"
+    for i, arg in enumerate(passthrough):
+        name, equals, value = arg.partition("=")
+        if name not in ("--fp16", "--bf16"):
+            continue
+        if not equals:
+            following = passthrough[i + 1] if i + 1 < len(passthrough) else ""
+            value = following if not following.startswith("--") else "true"
+        if value.lower() not in ("false", "0", "no", "n", "f"):
+            chosen = name[2:]
+    return ["--mixed_precision", chosen] if chosen != "no" else []
+
+
 def epilog():
     """The sweep's --help epilog: what 'task default' means."""
     readme, quick = README_DEFAULTS, REPEAT_DEFAULTS

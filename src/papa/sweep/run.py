@@ -24,7 +24,7 @@ from ..tasks import KINDS
 from ..tokenized_cache import CACHE_ENV
 from . import controls
 from .child import start_fork_server
-from .defaults import check_passthrough, default_static_heads_nums, task_defaults
+from .defaults import averaging_precision, check_passthrough, default_static_heads_nums, task_defaults
 from .results import write_results
 from .stages import Stage, human, run_stage
 
@@ -128,6 +128,7 @@ def make_stages(plan, args, passthrough):
                  "--per_device_train_batch_size", str(plan.avgs_batch_size),
                  "--output_dir", avgs_dir, "--use_papa_preprocess", "true", "--pad_to_max_length",
                  "--seed", str(args.seed)]
+    avgs_args += averaging_precision(passthrough)  # --fp16 / --bf16 of the training runs: the forward's autocast
     if args.max_train_samples is not None:  # average over the examples the probes are trained on
         avgs_args += ["--max_train_samples", str(args.max_train_samples)]
     avgs_outputs = ["avgs.pt"]
