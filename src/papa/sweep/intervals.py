@@ -12,10 +12,12 @@ A metric that is not a mean of per-example scores is recomputed on every resampl
 resamples: from per-example additive columns summed with one matrix product (accuracy, binary F1,
 MSE, Pearson; Matthews from the confusion counts; seqeval's entity F1 from each sentence's true-positive,
 predicted and gold entity counts), or from ranks row by row (Spearman). The draws come from a
-`numpy.random.Generator` seeded with BOOTSTRAP_SEED, so the same predictions give the same bytes.
+`numpy.random.Generator` seeded with BOOTSTRAP_SEED and the task's name (`task_seed`), so the same
+predictions give the same bytes, and two tasks' resamples are independent (a grid averages them).
 """
 
 import os
+import zlib
 
 import numpy as np
 
@@ -112,6 +114,11 @@ def resampled_metric(task, metric, labels, predictions):
     return None
 
 
+def task_seed(task):
+    """The bootstrap's seed for a task's changes: fixed, and a different stream for each task."""
+    return [BOOTSTRAP_SEED, zlib.crc32(task.name.encode())]
+
+
 def draws(rng, num_seeds, num_examples, samples):
     """Yield the resamples in chunks: (drawn seed positions (c, S), example indices (c, S, n)), c ≤ the rest."""
     chunk = max(1, CHUNK_ELEMENTS // (num_seeds * num_examples))
@@ -184,4 +191,4 @@ def change_distribution(store, folders, reference_folders, metric, samples):
             raise PapaError(f"{folder} and {reference} were evaluated on different examples (their "
                             f"{metric_file(metric)[0]} labels differ); delete one to redo it on the same data")
         pairs.append((at_k, at_zero, len(labels)))
-    return paired_bootstrap(pairs, samples)
+    return paired_bootstrap(pairs, samples, seed=task_seed(store.task))
