@@ -7,6 +7,7 @@ from test_controls import flag, plan_and_stages
 
 from papa.arguments import parse_sweep_args
 from papa.errors import PapaError
+from papa.tasks import get_task
 
 
 def test_default_layout_is_unchanged_by_the_seed_flags(tmp_path):
@@ -57,3 +58,110 @@ def test_rank_per_seed(tmp_path):
 def test_bad_seed_flags(argv, message):
     with pytest.raises(PapaError, match=message):
         parse_sweep_args(argv)
+
+
+# ----------------------------------------------------------------------------- results of several seeds
+
+
+def fake_sweep(out, seeds, ks=(0, 4, 8), controls=(), n=60, predictions=True):
+    """A finished sweep's files without running it: per (run, seed) predictions of an SST-2 probe whose accuracy
+    falls with k, their eval_results.json computed from them, and the ranking's artifacts for the figures."""
+    import json
+
+    import numpy as np
+    import torch
+
+    from papa.metrics import compute_glue_metrics
+    from papa.sweep.controls import run_folder
+    from papa.sweep.run import Plan
+
+    task = get_task("sst2")
+    plan = Plan(task=task, model_path="m", layers=2, heads_per_layer=4, ks=list(ks), output_dir=str(out),
+                max_seq_length=8, num_train_epochs=1.0, sort_num_train_epochs=1.0, learning_rate=1e-3,
+                per_device_train_batch_size=4, per_device_eval_batch_size=4, avgs_batch_size=4,
+                evaluation_strategy="no", controls=tuple(controls), seed=42,
+                seeds=None if seeds is None else tuple(seeds), bootstrap_samples=200)
+    labels = np.random.default_rng(0).integers(0, 2, n)
+    made = {}
+    for seed, tag in plan.seed_runs:
+        for control in (None, *controls):
+            for k in ks:
+                folder = out / run_folder(control, k, 8, tag)
+                if folder.name in made:
+                    continue
+                rng = np.random.default_rng([seed, k, len(control or "")])
+                wrong = rng.random(n) < 0.1 + 0.04 * k + (0.1 if control else 0)
+                predicted = np.where(wrong, 1 - labels, labels)
+                folder.mkdir(parents=True)
+                results = {f"eval_{m}": v for m, v in compute_glue_metrics(task, predicted, labels).items()}
+                (folder / "eval_results.json").write_text(json.dumps({**results, "eval_samples": n}))
+                if predictions:
+                    (folder / "eval_predictions.jsonl").write_text("".join(
+                        json.dumps({"index": i, "label": int(y), "prediction": int(p)}) + "\n"
+                        for i, (y, p) in enumerate(zip(labels, predicted))))
+                made[folder.name] = results["eval_accuracy"]
+    for folder in ("avgs", "sort"):
+        (out / folder).mkdir(exist_ok=True)
+    torch.save(torch.full((2, 4, 8, 8), 1 / 8), out / "avgs" / "avgs.pt")
+    np.save(out / "sort" / "lambdas.npy", np.zeros((2, 4)))
+    (out / "sort" / "sorted_heads.json").write_text(json.dumps([[i // 4, i % 4] for i in range(8)]))
+    return plan, made
+
+
+def test_results_of_several_seeds(tmp_path):
+    import csv
+
+    import numpy as np
+
+    from papa.sweep.results import write_results
+
+    plan, made = fake_sweep(tmp_path, [1, 2, 3], controls=("uniform",))
+    results = write_results(plan, "m")
+    rows = list(csv.DictReader(open(tmp_path / "results.csv")))
+    assert [r["k"] for r in rows] == ["0", "4", "8"] and {r["n_seeds"] for r in rows} == {"3"}
+    assert list(rows[0]) == ["k", "fraction_constant", "n_seeds", "eval_accuracy", "eval_accuracy_std",
+                             "rel_change_eval_accuracy", "rel_change_eval_accuracy_ci_low",
+                             "rel_change_eval_accuracy_ci_high", "uniform_eval_accuracy", "uniform_eval_accuracy_std",
+                             "rel_change_uniform_eval_accuracy", "rel_change_uniform_eval_accuracy_ci_low",
+                             "rel_change_uniform_eval_accuracy_ci_high"]
+    at = {name: made[name] for name in made}
+    for row, k in zip(rows, (0, 4, 8)):
+        values = [at[f"k_{k}_seed_{s}"] for s in (1, 2, 3)]
+        changes = [(at[f"k_{k}_seed_{s}"] - at[f"k_0_seed_{s}"]) / at[f"k_0_seed_{s}"] for s in (1, 2, 3)]
+        assert float(row["eval_accuracy"]) == pytest.approx(np.mean(values))
+        assert float(row["eval_accuracy_std"]) == pytest.approx(np.std(values, ddof=1))
+        assert float(row["rel_change_eval_accuracy"]) == pytest.approx(np.mean(changes))  # mean of per-seed changes
+        low, high = float(row["rel_change_eval_accuracy_ci_low"]), float(row["rel_change_eval_accuracy_ci_high"])
+        assert low <= float(row["rel_change_eval_accuracy"]) <= high
+    assert (rows[0]["rel_change_eval_accuracy_ci_low"], rows[0]["rel_change_eval_accuracy_ci_high"]) == ("0.0", "0.0")
+    assert float(rows[2]["rel_change_eval_accuracy_ci_high"]) < 0  # 30 points worse: clearly real
+    uniform = [(at[f"uniform_k_8_seed_{s}"] - at[f"k_0_seed_{s}"]) / at[f"k_0_seed_{s}"] for s in (1, 2, 3)]
+    assert float(rows[2]["rel_change_uniform_eval_accuracy"]) == pytest.approx(np.mean(uniform))
+
+    per_seed = list(csv.DictReader(open(tmp_path / "results_per_seed.csv")))
+    assert [(r["k"], r["seed"]) for r in per_seed] == [(str(k), str(s)) for k in (0, 4, 8) for s in (1, 2, 3)]
+    assert float(per_seed[4]["eval_accuracy"]) == at["k_4_seed_2"]
+
+    md = (tmp_path / "results.md").read_text()
+    change, low, high = (100 * float(rows[2][f"rel_change_eval_accuracy{end}"]) for end in ("", "_ci_low", "_ci_high"))
+    shown = f"{change:+.1f}% [{low:+.1f}, {high:+.1f}]*"
+    assert shown in md and "mean over 3 seeds" in md and "± " in md
+    assert "## Controls" in md and "uniform" in md
+    assert results.n_seeds == 3 and ("rel_change_eval_accuracy", 8) in results.distributions
+    before = (tmp_path / "results.csv").read_bytes()
+    write_results(plan, "m")
+    assert (tmp_path / "results.csv").read_bytes() == before  # the bootstrap is seeded
+
+
+def test_one_seed_without_predictions_still_writes_its_results(tmp_path):
+    """Runs made before eval_predictions.jsonl existed: the values and changes as before, no intervals, a note."""
+    import csv
+
+    from papa.sweep.results import write_results
+
+    plan, made = fake_sweep(tmp_path, None, predictions=False)
+    write_results(plan, "m")
+    rows = list(csv.DictReader(open(tmp_path / "results.csv")))
+    assert float(rows[1]["eval_accuracy"]) == made["k_4"] and rows[1]["n_seeds"] == "1"
+    assert rows[1]["eval_accuracy_std"] == "" and rows[1]["rel_change_eval_accuracy_ci_low"] == ""
+    assert "eval_predictions.jsonl does not exist" in (tmp_path / "results.md").read_text()
