@@ -40,14 +40,14 @@ def _floats(values):
     return [math.nan if v is None else float(v) for v in values]
 
 
-def _band(ax, ks, band, colour):
+def _band(ax, ks, band, colour, label=None):
     """A shaded 95% interval (lows, highs) around a line, where both ends are known."""
     if band is None:
         return []
     lows, highs = _floats(band[0]), _floats(band[1])
     if all(math.isnan(v) for v in lows + highs):
         return []
-    ax.fill_between(ks, lows, highs, color=colour, alpha=0.15, linewidth=0)
+    ax.fill_between(ks, lows, highs, color=colour, alpha=0.15, linewidth=0, label=label)
     return [v for v in lows + highs if not math.isnan(v)]
 
 
@@ -63,7 +63,7 @@ def plot_results(ks, values, metric_name, total_heads, title, path, chance=None,
     fig = Figure(figsize=(6.4, 4.4))
     ax = fig.add_subplot()
     line, = ax.plot(ks, values, marker="o", linewidth=1.8, label=f"{metric_name} (PAPA)" if controls else metric_name)
-    shaded = _band(ax, ks, bands.get(None), line.get_color())
+    shaded = _band(ax, ks, bands.get(None), line.get_color(), "95% interval of the change")
     for (label, points), style in zip(controls.items(), CONTROL_STYLES):
         line, = ax.plot(ks, points, linewidth=1.2, markersize=4, alpha=0.85, label=label, **style)
         shaded += _band(ax, ks, bands.get(label), line.get_color())
