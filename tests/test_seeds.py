@@ -63,7 +63,7 @@ def test_bad_seed_flags(argv, message):
 # ----------------------------------------------------------------------------- results of several seeds
 
 
-def fake_sweep(out, seeds, ks=(0, 4, 8), controls=(), n=60, predictions=True):
+def fake_sweep(out, seeds, ks=(0, 4, 8), controls=(), n=60, predictions=True, task_name="sst2"):
     """A finished sweep's files without running it: per (run, seed) predictions of an SST-2 probe whose accuracy
     falls with k, their eval_results.json computed from them, and the ranking's artifacts for the figures."""
     import json
@@ -75,7 +75,7 @@ def fake_sweep(out, seeds, ks=(0, 4, 8), controls=(), n=60, predictions=True):
     from papa.sweep.controls import run_folder
     from papa.sweep.run import Plan
 
-    task = get_task("sst2")
+    task = get_task(task_name)
     plan = Plan(task=task, model_path="m", layers=2, heads_per_layer=4, ks=list(ks), output_dir=str(out),
                 max_seq_length=8, num_train_epochs=1.0, sort_num_train_epochs=1.0, learning_rate=1e-3,
                 per_device_train_batch_size=4, per_device_eval_batch_size=4, avgs_batch_size=4,
@@ -165,3 +165,44 @@ def test_one_seed_without_predictions_still_writes_its_results(tmp_path):
     assert float(rows[1]["eval_accuracy"]) == made["k_4"] and rows[1]["n_seeds"] == "1"
     assert rows[1]["eval_accuracy_std"] == "" and rows[1]["rel_change_eval_accuracy_ci_low"] == ""
     assert "eval_predictions.jsonl does not exist" in (tmp_path / "results.md").read_text()
+
+
+def test_grid_summary_columns_and_headline_from_seeded_sweeps(tmp_path):
+    import csv
+
+    import numpy as np
+
+    from papa.sweep.results import write_results
+    from papa.sweep.summary import PairOutcome, summary_markdown, write_summary
+
+    outcomes = []
+    for task_name in ("sst2", "qnli"):
+        plan, _ = fake_sweep(tmp_path / task_name, [1, 2], controls=("uniform",), task_name=task_name)
+        outcomes.append(PairOutcome("m", plan.task, 8, plan.ks, plan.controls, write_results(plan, "m")))
+    write_summary(str(tmp_path), outcomes)
+    rows = list(csv.DictReader(open(tmp_path / "summary.csv")))
+    assert list(rows[0]) == ["model", "task", "status", "metric", "variant", "k", "fraction_constant", "score", "se",
+                             "rel_change", "ci_low", "ci_high", "eval_samples", "n_seeds", "error"]
+    assert len(rows) == 2 * 2 * 3 and {r["n_seeds"] for r in rows} == {"2"}
+    for row in rows:
+        results = next(o.results for o in outcomes if o.task.name == row["task"])
+        table = next(r for r in results.rows if r["k"] == int(row["k"]))
+        column = "rel_change_eval_accuracy" if row["variant"] == "PAPA" else "rel_change_uniform_eval_accuracy"
+        assert float(row["ci_low"]) == table[f"{column}_ci_low"] and float(row["ci_high"]) == table[f"{column}_ci_high"]
+
+    # the headline: the mean across tasks, with the percentile interval of the mean of the tasks' statistics
+    md = summary_markdown(outcomes)
+    for variant, column in (("PAPA", "rel_change_eval_accuracy"), ("uniform", "rel_change_uniform_eval_accuracy")):
+        cells = []
+        for k in (4, 8):
+            mean = np.mean([next(r for r in o.results.rows if r["k"] == k)[column] for o in outcomes])
+            stats = (outcomes[0].results.distributions[(column, k)] + outcomes[1].results.distributions[(column, k)]) / 2
+            low, high = np.percentile(stats, [2.5, 97.5])
+            assert high < 0  # a 20-30% loss on 60 examples and 2 seeds per task: real
+            cells.append(f"{100 * mean:+.1f}% [{100 * low:+.1f}, {100 * high:+.1f}]*")
+        assert f"| m | {variant} | {cells[0]} | {cells[1]} | 2 of 2 | ½: yes; all: yes |" in md
+    assert "| sst2, uniform | accuracy | 60 | (same) |" in md and "]*) |" in md
+    assert (tmp_path / "summary.png").read_bytes()[:4] == b"\x89PNG"
+    # the tasks' resamples are independent: not the same draws
+    a, b = (o.results.distributions[("rel_change_eval_accuracy", 8)] for o in outcomes)
+    assert abs(np.corrcoef(a, b)[0, 1]) < 0.3
