@@ -206,3 +206,51 @@ def test_grid_summary_columns_and_headline_from_seeded_sweeps(tmp_path):
     # the tasks' resamples are independent: not the same draws
     a, b = (o.results.distributions[("rel_change_eval_accuracy", 8)] for o in outcomes)
     assert abs(np.corrcoef(a, b)[0, 1]) < 0.3
+
+
+# ----------------------------------------------------------------------------- end to end
+
+
+def ran(stdout):
+    """(k, seed) of the probing stages a sweep ran, and whether it ran the averaging or ranking stage."""
+    import re
+
+    probes = re.findall(r"probing with k=(\d+) .*, seed (\d+)\): done in ", stdout)
+    return [(int(k), int(s)) for k, s in probes], bool(re.search(r"(averaging|ranking) .*: done in ", stdout))
+
+
+@pytest.mark.slow
+def test_an_added_seed_runs_only_its_stages(tiny_sweep, tmp_path):
+    import csv
+    import json
+    import shutil
+
+    from conftest import TINY_SWEEP, run_command, script
+
+    from papa.predictions import metrics_from_predictions
+
+    out = tmp_path / "s"
+    shutil.copytree(tiny_sweep[0], out)  # finished with --seed 42 alone: its averages and ranking are reused
+
+    def sweep(*seeds):
+        return run_command(script("run_papa_sweep.py") + ["--output_dir", out, *TINY_SWEEP, "--seeds", *seeds,
+                                                          "--bootstrap_samples", "100"]).stdout
+
+    assert ran(sweep("42")) == ([(0, 42), (72, 42)], False)
+    stamps = {k: (out / f"k_{k}_seed_42" / "stage.json").stat().st_mtime_ns for k in (0, 72)}
+    assert ran(sweep("42", "7")) == ([(0, 7), (72, 7)], False)
+    assert stamps == {k: (out / f"k_{k}_seed_42" / "stage.json").stat().st_mtime_ns for k in (0, 72)}
+    # the same seed, flags and data as the plain k_<k>/ runs: the same result
+    for k in (0, 72):
+        plain = json.loads((out / f"k_{k}" / "eval_results.json").read_text())["eval_accuracy"]
+        assert json.loads((out / f"k_{k}_seed_42" / "eval_results.json").read_text())["eval_accuracy"] == plain
+        metrics = metrics_from_predictions(get_task("repeat"), out / f"k_{k}_seed_7" / "eval_predictions.jsonl")
+        assert metrics["accuracy"] == json.loads((out / f"k_{k}_seed_7" / "eval_results.json").read_text())[
+            "eval_accuracy"]
+
+    rows = list(csv.DictReader(open(out / "results.csv")))
+    assert [(r["k"], r["n_seeds"]) for r in rows] == [("0", "2"), ("72", "2")]
+    low, point, high = (float(rows[1][f"rel_change_eval_accuracy{end}"]) for end in ("_ci_low", "", "_ci_high"))
+    assert low <= point <= high
+    assert len(list(csv.DictReader(open(out / "results_per_seed.csv")))) == 4
+    assert json.loads((out / "sweep.json").read_text())["seeds"] == [42, 7]
