@@ -36,13 +36,19 @@ def assert_reproduces(out, task, prefixes=("eval",)):
     return results
 
 
-def test_classification_after_training(tmp_path, tiny_bert):
+def train_and_evaluate(tmp_path, tiny_bert, command, task_name, data_dir):
+    """A one-epoch PAPA probing run with --do_eval; its output folder."""
     avgs, sort = write_papa_inputs(tmp_path)
     out = tmp_path / "out"
-    run_command("glue", ["--model_name_or_path", tiny_bert, "--task_name", "cola", "--data_dir",
-                         write_cola(tmp_path / "cola"), "--do_train", "--num_train_epochs", 1, "--output_dir", out,
-                         *papa_flags(avgs, sort), "--do_eval"])
-    assert_reproduces(out, get_task("cola"))
+    run_command(command, ["--model_name_or_path", tiny_bert, "--task_name", task_name, "--data_dir", data_dir,
+                          "--do_train", "--num_train_epochs", 1, "--output_dir", out, *papa_flags(avgs, sort),
+                          "--do_eval"])
+    assert_reproduces(out, get_task(task_name))
+    return out
+
+
+def test_classification_after_training(tmp_path, tiny_bert):
+    out = train_and_evaluate(tmp_path, tiny_bert, "glue", "cola", write_cola(tmp_path / "cola"))
     record = json.loads((out / "eval_predictions.jsonl").read_text().splitlines()[0])
     assert record["label"] == int(COLA_ROWS[0][0]) and record["prediction"] in (0, 1)
 
@@ -78,12 +84,7 @@ def test_mnli_writes_both_files(tmp_path, tiny_bert):
 
 
 def test_token_task_lists_tag_names_of_the_scored_words(tmp_path, tiny_bert):
-    avgs, sort = write_papa_inputs(tmp_path)
-    out = tmp_path / "out"
-    run_command("ner", ["--model_name_or_path", tiny_bert, "--task_name", "ner", "--data_dir",
-                        write_conll(tmp_path / "c"), "--do_train", "--num_train_epochs", 1, "--output_dir", out,
-                        *papa_flags(avgs, sort), "--do_eval"])
-    assert_reproduces(out, get_task("ner"))
+    out = train_and_evaluate(tmp_path, tiny_bert, "ner", "ner", write_conll(tmp_path / "c"))
     labels, predictions = read_predictions(out / "eval_predictions.jsonl")
     assert labels == [[t[3] for t in s] for s in CONLL_SENTENCES]
     assert [len(p) for p in predictions] == [len(s) for s in CONLL_SENTENCES]
