@@ -147,6 +147,7 @@ def test_results_of_several_seeds(tmp_path):
     shown = f"{change:+.1f}% [{low:+.1f}, {high:+.1f}]*"
     assert shown in md and "mean over 3 seeds" in md and "± " in md
     assert "## Controls" in md and "uniform" in md
+    assert (tmp_path / "results.png").read_bytes()[:4] == b"\x89PNG"
     assert results.n_seeds == 3 and ("rel_change_eval_accuracy", 8) in results.distributions
     before = (tmp_path / "results.csv").read_bytes()
     write_results(plan, "m")
@@ -254,3 +255,17 @@ def test_an_added_seed_runs_only_its_stages(tiny_sweep, tmp_path):
     assert low <= point <= high
     assert len(list(csv.DictReader(open(out / "results_per_seed.csv")))) == 4
     assert json.loads((out / "sweep.json").read_text())["seeds"] == [42, 7]
+
+
+def test_metric_band_puts_the_interval_on_the_metric_axis():
+    from papa.sweep.results import change_text, metric_band
+
+    rows = [{"k": 0, "eval_matthews_correlation": -0.5, "rel_change_eval_matthews_correlation_ci_low": 0.0,
+             "rel_change_eval_matthews_correlation_ci_high": 0.0},
+            {"k": 8, "rel_change_eval_matthews_correlation_ci_low": -0.2,
+             "rel_change_eval_matthews_correlation_ci_high": 0.1},
+            {"k": 9}]
+    lows, highs = metric_band(rows, "rel_change_eval_matthews_correlation", "eval_matthews_correlation")
+    assert lows == [-0.5, pytest.approx(-0.6), None] and highs == [-0.5, pytest.approx(-0.45), None]  # -0.5 ± x·0.5
+    assert change_text(-0.013, -0.021, -0.004) == "-1.3% [-2.1, -0.4]*"
+    assert change_text(0.02, -0.01, 0.05) == "+2.0% [-1.0, +5.0]" and change_text(None) == "–"
