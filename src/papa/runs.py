@@ -259,10 +259,9 @@ def evaluate_and_save(trainer, eval_sets, output_dir, task, label_list):
         results = trainer.evaluate(eval_dataset=dataset, metric_key_prefix=prefix)
         results[f"{prefix}_samples"] = len(dataset)
         all_eval.update(results)
-        logits, label_ids = trainer.compute_metrics.last  # what that evaluation scored
-        if trainer.is_world_process_zero():
-            path = os.path.join(output_dir, predictions_file(prefix))
-            write_eval_predictions(task, label_list, logits, label_ids, path)
+        scored, trainer.compute_metrics.last = trainer.compute_metrics.last, None  # what that evaluation scored
+        if scored is not None and trainer.is_world_process_zero():
+            write_eval_predictions(task, label_list, *scored, os.path.join(output_dir, predictions_file(prefix)))
     trainer.log_metrics("eval", all_eval)
     if trainer.is_world_process_zero():
         save_results("eval", all_eval, output_dir)
