@@ -115,7 +115,8 @@ def test_exactly_enumerated_two_seeds_three_examples():
             changes = []
             for index in itertools.product(range(3), repeat=3):  # 27 equally likely example draws
                 reference = np.mean([at_zero[i] for i in index])
-                changes.append(np.nan if reference == 0 else (np.mean([at_k[i] for i in index]) - reference) / reference)
+                value = np.mean([at_k[i] for i in index])
+                changes.append(np.nan if reference == 0 else (value - reference) / reference)
             per_seed.append(changes)
         for a, b in itertools.product(*per_seed):
             key = round((a + b) / 2, 12)
@@ -161,7 +162,8 @@ def test_the_interval_shrinks_as_examples_grow():
         labels = rng.integers(0, 2, n)
         at_zero = np.where(rng.random(n) < 0.85, labels, 1 - labels)  # ~85% right
         at_k = np.where(rng.random(n) < 0.9, at_zero, 1 - at_zero)  # ~10% of them flipped
-        pair = (resampled_metric(task, "accuracy", labels, at_k), resampled_metric(task, "accuracy", labels, at_zero), n)
+        pair = (resampled_metric(task, "accuracy", labels, at_k),
+                resampled_metric(task, "accuracy", labels, at_zero), n)
         low, high = percentile_interval(paired_bootstrap([pair], 1000))
         widths.append(high - low)
     assert widths[1] < widths[0] / 5  # ~√100 = 10 times narrower

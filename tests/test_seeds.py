@@ -197,7 +197,7 @@ def test_grid_summary_columns_and_headline_from_seeded_sweeps(tmp_path):
         cells = []
         for k in (4, 8):
             mean = np.mean([next(r for r in o.results.rows if r["k"] == k)[column] for o in outcomes])
-            stats = (outcomes[0].results.distributions[(column, k)] + outcomes[1].results.distributions[(column, k)]) / 2
+            stats = np.mean([o.results.distributions[(column, k)] for o in outcomes], axis=0)
             low, high = np.percentile(stats, [2.5, 97.5])
             assert high < 0  # a 20-30% loss on 60 examples and 2 seeds per task: real
             cells.append(f"{100 * mean:+.1f}% [{100 * low:+.1f}, {100 * high:+.1f}]*")
