@@ -2,6 +2,8 @@
 their command lines when a seed is added, and, end to end, that a resumed sweep with an added seed runs only
 that seed's stages; the seeds' results (mean, std, intervals) in results.csv and results_per_seed.csv."""
 
+import os
+
 import pytest
 from test_controls import flag, plan_and_stages
 
@@ -63,7 +65,7 @@ def test_bad_seed_flags(argv, message):
 # ----------------------------------------------------------------------------- results of several seeds
 
 
-def fake_sweep(out, seeds, ks=(0, 4, 8), controls=(), n=60, predictions=True, task_name="sst2"):
+def fake_sweep(out, seeds, ks=(0, 4, 8), controls=(), n=60, predictions=True, task_name="sst2", rank_per_seed=False):
     """A finished sweep's files without running it: per (run, seed) predictions of an SST-2 probe whose accuracy
     falls with k, their eval_results.json computed from them, and the ranking's artifacts for the figures."""
     import json
@@ -80,7 +82,7 @@ def fake_sweep(out, seeds, ks=(0, 4, 8), controls=(), n=60, predictions=True, ta
                 max_seq_length=8, num_train_epochs=1.0, sort_num_train_epochs=1.0, learning_rate=1e-3,
                 per_device_train_batch_size=4, per_device_eval_batch_size=4, avgs_batch_size=4,
                 evaluation_strategy="no", controls=tuple(controls), seed=42,
-                seeds=None if seeds is None else tuple(seeds), bootstrap_samples=200)
+                seeds=None if seeds is None else tuple(seeds), rank_per_seed=rank_per_seed, bootstrap_samples=200)
     labels = np.random.default_rng(0).integers(0, 2, n)
     made = {}
     for seed, tag in plan.seed_runs:
@@ -100,11 +102,13 @@ def fake_sweep(out, seeds, ks=(0, 4, 8), controls=(), n=60, predictions=True, ta
                         json.dumps({"index": i, "label": int(y), "prediction": int(p)}) + "\n"
                         for i, (y, p) in enumerate(zip(labels, predicted))))
                 made[folder.name] = results["eval_accuracy"]
-    for folder in ("avgs", "sort"):
-        (out / folder).mkdir(exist_ok=True)
+    (out / "avgs").mkdir()
     torch.save(torch.full((2, 4, 8, 8), 1 / 8), out / "avgs" / "avgs.pt")
-    np.save(out / "sort" / "lambdas.npy", np.zeros((2, 4)))
-    (out / "sort" / "sorted_heads.json").write_text(json.dumps([[i // 4, i % 4] for i in range(8)]))
+    for seed in plan.ranking_seeds:
+        sort = out / os.path.basename(plan.ranking_folder(seed))
+        sort.mkdir()
+        np.save(sort / "lambdas.npy", np.zeros((2, 4)))
+        (sort / "sorted_heads.json").write_text(json.dumps([[i // 4, i % 4] for i in range(8)]))
     return plan, made
 
 
@@ -115,7 +119,7 @@ def test_results_of_several_seeds(tmp_path):
 
     from papa.sweep.results import write_results
 
-    plan, made = fake_sweep(tmp_path, [1, 2, 3], controls=("uniform",))
+    plan, made = fake_sweep(tmp_path, [1, 2, 3], controls=("uniform",), rank_per_seed=True)
     results = write_results(plan, "m")
     rows = list(csv.DictReader(open(tmp_path / "results.csv")))
     assert [r["k"] for r in rows] == ["0", "4", "8"] and {r["n_seeds"] for r in rows} == {"3"}
@@ -147,7 +151,9 @@ def test_results_of_several_seeds(tmp_path):
     shown = f"{change:+.1f}% [{low:+.1f}, {high:+.1f}]*"
     assert shown in md and "mean over 3 seeds" in md and "± " in md
     assert "## Controls" in md and "uniform" in md
-    assert (tmp_path / "results.png").read_bytes()[:4] == b"\x89PNG"
+    for figure in ("results.png", "lambdas.png", "constant_matrices.png"):  # the first seed's ranking run's
+        assert (tmp_path / figure).read_bytes()[:4] == b"\x89PNG"
+    assert not (tmp_path / "sort").exists()
     assert results.n_seeds == 3 and ("rel_change_eval_accuracy", 8) in results.distributions
     before = (tmp_path / "results.csv").read_bytes()
     write_results(plan, "m")

@@ -282,7 +282,7 @@ def write_results(plan, model_name, stages=()):
 
     main = f"eval_{task.main_metrics[0]}"
     avgs_pt = os.path.join(output_dir, "avgs", "avgs.pt")
-    sort_dir = os.path.join(output_dir, "sort")
+    sort_dir = plan.ranking_folder(plan.ranking_seeds[0])  # with --rank_per_seed: the first seed's ranking
     lines = {CONTROLS[c].label: [r.get(f"{c}_{main}") for r in rows] for c in plan.controls}
     bands = {label: metric_band(rows, change, main) for label, change in
              [(None, f"rel_change_{main}")] + [(CONTROLS[c].label, f"rel_change_{c}_{main}") for c in plan.controls]}
