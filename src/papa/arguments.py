@@ -283,7 +283,18 @@ class SweepArguments:
     max_train_samples: int | None = field(default=None, metadata={
         "help": "Use only the first N training examples (for the averages too)."})
     max_eval_samples: int | None = field(default=None, metadata={"help": "Evaluate on the first N validation examples only."})
-    seed: int = field(default=42, metadata={"help": "Random seed of every stage."})
+    seed: int = field(default=42, metadata={"help": "Random seed of every stage (of the averaging pass and the "
+                                                     "random_order control's order with --seeds)."})
+    seeds: list[int] | None = field(default=None, metadata={
+        "help": "Run every probing stage once per seed, in k_<k>_seed_<s>/ (controls alike); results.csv then has "
+                "the mean over seeds, their std and intervals over seeds and examples. Default: --seed alone, in "
+                "k_<k>/. Append seeds to a finished sweep to run only the new ones.", "metavar": "S"})
+    rank_per_seed: bool = field(default=False, metadata={
+        "help": "With --seeds: a ranking run per seed (sort_seed_<s>/), each seed probed with its own ranking. "
+                "Default: one ranking run, with the first seed."})
+    bootstrap_samples: int = field(default=1000, metadata={
+        "help": "Resamples of the paired bootstrap behind each change's 95% interval (seeded: the same "
+                "predictions give the same results.csv)."})
     cache_dir: str | None = field(default=None, metadata={"help": "Hub cache folder, passed to every stage."})
     extra_args: str = field(default="", metadata={
         "help": "More flags for the training runs, as one string: --extra_args=\"--weight_decay 0.01\" (with '='). "
@@ -299,6 +310,13 @@ class SweepArguments:
             check_positive(getattr(self, flag), f"--{flag}")
         if self.static_heads_nums is not None and not self.static_heads_nums:
             raise PapaError("--static_heads_nums needs at least one value")
+        check_positive(self.bootstrap_samples, "--bootstrap_samples")
+        if self.seeds is not None:
+            if not self.seeds:
+                raise PapaError("--seeds needs at least one value")
+            self.seeds = list(dict.fromkeys(self.seeds))
+        if self.rank_per_seed and self.seeds is None:
+            raise PapaError("--rank_per_seed ranks per seed of --seeds: add --seeds S1 S2 ... or drop it")
         # a single value stays a plain string, as before the grid existed
         for name in ("task_name", "model_name_or_path"):
             value = getattr(self, name)

@@ -108,12 +108,18 @@ def token_predictions_to_tags(predictions, label_ids, label_list) -> tuple[list[
 
 
 def trainer_metrics(task, label_list, entity_level=False):
-    """A Trainer `compute_metrics` for `task` (a TaskSpec); `label_list`: id -> label name (None: regression)."""
+    """A Trainer `compute_metrics` for `task` (a TaskSpec); `label_list`: id -> label name (None: regression).
+
+    It keeps the last (logits, label ids) it scored as `compute.last`, so the run can write the very
+    predictions behind its metrics (papa.predictions) without a second pass over the evaluation set.
+    """
     def compute(prediction):
         logits = prediction.predictions[0] if isinstance(prediction.predictions, tuple) else prediction.predictions
+        compute.last = (logits, prediction.label_ids)
         if task.kind == "token":
             predicted, gold = token_predictions_to_tags(logits, prediction.label_ids, label_list)
             return compute_token_metrics(predicted, gold, entity_level=entity_level)
         predicted = logits.reshape(-1) if task.is_regression else np.argmax(logits, axis=-1)
         return compute_glue_metrics(task, predicted, prediction.label_ids)
+    compute.last = None
     return compute

@@ -40,18 +40,33 @@ def _floats(values):
     return [math.nan if v is None else float(v) for v in values]
 
 
-def plot_results(ks, values, metric_name, total_heads, title, path, chance=None, controls=None):
+def _band(ax, ks, band, colour, label=None):
+    """A shaded 95% interval (lows, highs) around a line, where both ends are known."""
+    if band is None:
+        return []
+    lows, highs = _floats(band[0]), _floats(band[1])
+    if all(math.isnan(v) for v in lows + highs):
+        return []
+    ax.fill_between(ks, lows, highs, color=colour, alpha=0.15, linewidth=0, label=label)
+    return [v for v in lows + highs if not math.isnan(v)]
+
+
+def plot_results(ks, values, metric_name, total_heads, title, path, chance=None, controls=None, bands=None):
     """Main metric vs number of constant heads; dashed line at the k=0 value (when there is one),
     dotted line at `chance` (e.g. 0.5 accuracy on a balanced binary task) when given; `controls`:
-    {label: values at the same ks}, one thinner line each."""
+    {label: values at the same ks}, one thinner line each; `bands`: {None for PAPA or a control's label:
+    (lows, highs)}, each change's 95% interval on the metric's axis, shaded in its line's colour."""
     ks = list(ks)
     values = _floats(values)
     controls = {label: _floats(v) for label, v in (controls or {}).items()}
+    bands = bands or {}
     fig = Figure(figsize=(6.4, 4.4))
     ax = fig.add_subplot()
-    ax.plot(ks, values, marker="o", linewidth=1.8, label=f"{metric_name} (PAPA)" if controls else metric_name)
-    for (label, line), style in zip(controls.items(), CONTROL_STYLES):
-        ax.plot(ks, line, linewidth=1.2, markersize=4, alpha=0.85, label=label, **style)
+    line, = ax.plot(ks, values, marker="o", linewidth=1.8, label=f"{metric_name} (PAPA)" if controls else metric_name)
+    shaded = _band(ax, ks, bands.get(None), line.get_color(), "95% interval of the change")
+    for (label, points), style in zip(controls.items(), CONTROL_STYLES):
+        line, = ax.plot(ks, points, linewidth=1.2, markersize=4, alpha=0.85, label=label, **style)
+        shaded += _band(ax, ks, bands.get(label), line.get_color())
     below = False
     for i, (k, v) in enumerate(zip(ks, values)):
         if math.isnan(v):
@@ -70,7 +85,7 @@ def plot_results(ks, values, metric_name, total_heads, title, path, chance=None,
     ax.set_xticks(ks)
     ax.set_xlim(-0.03 * total_heads, 1.03 * total_heads)
     finite = [v for v in values + [x for line in controls.values() for x in line] if not math.isnan(v)]
-    finite += [chance] if chance is not None else []
+    finite += ([chance] if chance is not None else []) + shaded
     if finite:
         low, high = min(finite), max(finite)
         pad = max(0.05 * (high - low), 0.02)
@@ -133,7 +148,8 @@ def plot_constant_matrices(avgs, sorted_heads, path, title="constant matrices", 
 def plot_summary(panels, path, title="PAPA: relative change against the fraction of constant heads"):
     """One panel per model: `panels` is [(model name, {task: {variant: [(fraction, relative change), ...]}})],
     variant "PAPA" drawn solid and each control dashed or dotted in the task's colour (the legend keys tasks
-    by colour, controls by style); changes are fractions, drawn in percent."""
+    by colour, controls by style); changes are fractions, drawn in percent. A point may carry its 95%
+    interval, (fraction, change, low, high): drawn as an error bar."""
     if not panels:
         raise PapaError("no model to plot")
     cols = min(len(panels), 3)
@@ -149,13 +165,19 @@ def plot_summary(panels, path, title="PAPA: relative change against the fraction
         for task_index, (task, variants) in enumerate(tasks.items()):
             colour = colours[task_index % len(colours)]
             for variant_index, (variant, points) in enumerate(variants.items()):
-                points = [(x, 100 * y) for x, y in points if y is not None]
+                bars = [(p[0], 100 * p[1], 100 * p[2], 100 * p[3]) for p in points
+                        if len(p) == 4 and None not in p]
+                points = [(p[0], 100 * p[1]) for p in points if p[1] is not None]
                 if not points:
                     continue
                 papa = variant == "PAPA"
                 style = {"linestyle": "-", "marker": "o"} if papa else CONTROL_STYLES[(variant_index - 1) % 3]
                 ax.plot(*zip(*points), color=colour, linewidth=1.8 if papa else 1.1, markersize=5 if papa else 3.5,
                         **style)
+                if bars:
+                    x, y, low, high = (np.array(v) for v in zip(*bars))
+                    ax.errorbar(x, y, yerr=[y - low, high - y], fmt="none", ecolor=colour, elinewidth=0.9,
+                                capsize=2.5, alpha=0.7)
                 task_keys.setdefault(task, Line2D([], [], color=colour, linewidth=1.8, marker="o"))
                 if not papa:
                     control_keys.setdefault(variant, Line2D([], [], color="gray", linewidth=1.1, markersize=3.5,

@@ -32,6 +32,7 @@ from .io import atomic_path
 from .metrics import trainer_metrics
 from .modeling import build_model, save_papa_model, set_trainable, training_mode
 from .outputs import checkpoint_to_resume, save_results, write_sequence_predictions, write_token_predictions
+from .predictions import predictions_file, write_eval_predictions
 from .pretrained import load_config_and_tokenizer
 from .ranking import check_static_heads_num, first_k_heads, load_sorted_heads, save_ranking
 from .tokenized_cache import tokenize_cached
@@ -252,13 +253,17 @@ def train_and_save(trainer, tokenizer, mix, training_args, checkpoint=None):
             trainer.state.save_to_json(tmp)
 
 
-def evaluate_and_save(trainer, eval_sets, output_dir):
-    """Evaluate on every evaluation split (MNLI: matched and mismatched) into one eval_results.json."""
+def evaluate_and_save(trainer, eval_sets, output_dir, task, label_list):
+    """Evaluate on every evaluation split (MNLI: matched and mismatched) into one eval_results.json, and write
+    each split's per-example predictions (papa.predictions: eval_predictions*.jsonl)."""
     all_eval = {}
     for prefix, dataset in eval_sets.items():
         results = trainer.evaluate(eval_dataset=dataset, metric_key_prefix=prefix)
         results[f"{prefix}_samples"] = len(dataset)
         all_eval.update(results)
+        scored, trainer.compute_metrics.last = trainer.compute_metrics.last, None  # what that evaluation scored
+        if scored is not None and trainer.is_world_process_zero():
+            write_eval_predictions(task, label_list, *scored, os.path.join(output_dir, predictions_file(prefix)))
     trainer.log_metrics("eval", all_eval)
     if trainer.is_world_process_zero():
         save_results("eval", all_eval, output_dir)
@@ -303,7 +308,7 @@ def run_probing(task, model_args, data_args, training_args):
     if training_args.do_train:
         train_and_save(trainer, tokenizer, heads.mix_all_heads, training_args, checkpoint)
     if training_args.do_eval:
-        evaluate_and_save(trainer, data["eval"], training_args.output_dir)
+        evaluate_and_save(trainer, data["eval"], training_args.output_dir, task, label_list)
     if training_args.do_predict and task.kind == "token":
         write_token_predictions(trainer, label_list, data["test"][""], training_args.output_dir)
     elif training_args.do_predict:

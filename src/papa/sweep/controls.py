@@ -15,7 +15,8 @@ A control's runs are ordinary probing stages in `<prefix>_k_<k>/` (uniform_k_36,
 mean_k_36), with the same stamps and fingerprints as PAPA's, its artifact among the fingerprinted
 inputs. k = 0 replaces no head, so every control shares PAPA's `k_0/`; random_order also shares PAPA's
 run at k = all heads (the same set of heads, whatever their order). A control's relative change is
-measured against that same k = 0 run.
+measured against that same k = 0 run. With --seeds every run is per seed (`uniform_k_36_seed_1`), and a
+control's change is against the k = 0 run of the same seed.
 """
 
 import os
@@ -51,12 +52,13 @@ def shares_papa_run(control, k, total_heads):
     return k == 0 or (control == "random_order" and k == total_heads)
 
 
-def run_folder(control, k, total_heads):
+def run_folder(control, k, total_heads, seed=None):
     """The stage folder (under the sweep's output folder) whose eval_results.json is the control at k
-    (PAPA itself for control None)."""
+    (PAPA itself for control None); `seed`: the seed of a sweep with --seeds (None: no --seeds, no suffix)."""
+    suffix = "" if seed is None else f"_seed_{seed}"
     if control is None or shares_papa_run(control, k, total_heads):
-        return f"k_{k}"
-    return f"{CONTROLS[control].prefix}_k_{k}"
+        return f"k_{k}{suffix}"
+    return f"{CONTROLS[control].prefix}_k_{k}{suffix}"
 
 
 def random_order(layers, heads, seed):
@@ -78,26 +80,33 @@ def write_artifacts(output_dir, controls, layers, heads, seq_len, seed):
                   os.path.join(folder, "random_order.json"), indent=2)
 
 
-def control_stages(plan, probing):
-    """The controls' probing stages, after PAPA's: `probing(name, description, k, static_dir, sort_dir, inputs,
-    extra_flags)` builds one (papa.sweep.run.make_stages)."""
+def control_setups(plan, seed):
+    """{control: (folder of the matrices, folder of the ranking, fingerprinted inputs, extra flags)} for the runs
+    of `seed` (the ranking is that seed's with --rank_per_seed)."""
     out = plan.output_dir
-    avgs_dir, sort_dir = os.path.join(out, "avgs"), os.path.join(out, "sort")
+    avgs_dir, sort_dir = os.path.join(out, "avgs"), plan.ranking_folder(seed)
     ranking = os.path.join(sort_dir, "sorted_heads.json")
-    setups = {  # (folder of the matrices, folder of the ranking, fingerprinted inputs, extra flags)
+    return {
         "uniform": (os.path.join(out, UNIFORM_DIR), sort_dir, [os.path.join(out, UNIFORM_DIR, "avgs.pt"), ranking], []),
         "random_order": (avgs_dir, os.path.join(out, RANDOM_DIR),
                          [os.path.join(avgs_dir, "avgs.pt"), os.path.join(out, RANDOM_DIR, "sorted_heads.json")], []),
         "mean_output": (avgs_dir, sort_dir, [os.path.join(avgs_dir, "mean_outputs.pt"), ranking],
                         ["--replace_heads_with", "mean_output"]),
     }
+
+
+def control_stages(plan, probing):
+    """The controls' probing stages, after PAPA's, per seed: `probing(name, description, k, static_dir, sort_dir,
+    inputs, extra_flags, seed, tag)` builds one (papa.sweep.run.make_stages)."""
     stages = []
-    for name in plan.controls:
-        control = CONTROLS[name]
-        static_dir, ranking_dir, inputs, extra = setups[name]
-        for k in plan.ks:
-            if not shares_papa_run(name, k, plan.total_heads):
-                stages.append(probing(run_folder(name, k, plan.total_heads),
-                                      f"{control.label} control: k={k} heads {control.doing}",
-                                      k, static_dir, ranking_dir, inputs, extra))
+    for seed, tag in plan.seed_runs:
+        setups = control_setups(plan, seed)
+        for name in plan.controls:
+            control = CONTROLS[name]
+            static_dir, ranking_dir, inputs, extra = setups[name]
+            for k in plan.ks:
+                if not shares_papa_run(name, k, plan.total_heads):
+                    stages.append(probing(run_folder(name, k, plan.total_heads, tag),
+                                          f"{control.label} control: k={k} heads {control.doing}",
+                                          k, static_dir, ranking_dir, inputs, extra, seed, tag))
     return stages

@@ -4,6 +4,10 @@ and the figures.
 The controls (papa.sweep.controls) add, per main metric, a column of their value and one of its
 relative change against PAPA's k = 0 run (the run they share); results.md shows them in a second
 table, and the stages' wall times (from their stage.json) in a third.
+
+Every seed's runs make one such table (results_per_seed.csv); results.csv merges them (papa.sweep.aggregate):
+the mean over seeds, the std across them, and each change's 95% bootstrap interval, which results.md
+prints as `-1.3% [-2.1, -0.4]*` (* the interval excludes 0).
 """
 
 import csv
@@ -11,9 +15,10 @@ import io
 import json
 import math
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from ..io import load_json_object, save_text
+from .aggregate import add_intervals, merge_seeds, per_seed_rows
 from .controls import CONTROLS, run_folder
 from .stages import STAMP
 
@@ -86,16 +91,41 @@ def _md_header(column):
     return column[len("eval_"):] if column.startswith("eval_") else column
 
 
-def _md_cell(column, value):
+def change_text(change, low=None, high=None):
+    """A relative change in percent, with its interval when known: `-1.3% [-2.1, -0.4]*`, the * when it excludes 0."""
+    if change is None:
+        return "–"
+    if low is None or high is None:
+        return f"{100 * change:+.1f}%"
+    return f"{100 * change:+.1f}% [{100 * low:+.1f}, {100 * high:+.1f}]" + ("*" if low > 0 or high < 0 else "")
+
+
+def _md_cell(column, value, row=None):
+    row = row or {}
     if value is None:
         return "–"
     if column.startswith("rel_change_"):
-        return f"{100 * value:+.1f}%"
+        return change_text(value, row.get(f"{column}_ci_low"), row.get(f"{column}_ci_high"))
     if column == "fraction_constant":
         return f"{value:.3f}"
     if isinstance(value, float):
-        return f"{value:.4f}"
+        std = row.get(f"{column}_std")
+        return f"{value:.4f}" + ("" if std is None else f" ± {std:.4f}")
     return str(value)
+
+
+def interval_note(rows, bootstrap_samples):
+    """What the numbers in results.md are, when several seeds or intervals are in it."""
+    seeds = max((r.get("n_seeds") or 1 for r in rows), default=1)
+    parts = []
+    if seeds > 1:
+        parts.append(f"Each value is the mean over {seeds} seeds ± their standard deviation; each change the mean "
+                     "over seeds of the change of the same seed's runs.")
+    if any(r.get(c) is not None for r in rows for c in r if c.endswith("_ci_low")):
+        parts.append(f"[low, high]: 95% interval of the change from a paired bootstrap ({bootstrap_samples} "
+                     "resamples of the seeds and, within each, of the evaluation examples, the same for k and k=0); "
+                     "* marks an interval that excludes 0: a change distinguishable from noise at this budget.")
+    return " ".join(parts) or None
 
 
 def chance_warning(task, rows):
@@ -109,18 +139,20 @@ def chance_warning(task, rows):
             "Train longer (--num_train_epochs), on more data, or probe a task the model encodes.")
 
 
-def results_markdown(columns, rows, title, total_heads, warning=None):
+def results_markdown(columns, rows, title, total_heads, warning=None, note=None):
     lines = [f"# {title}", ""]
     if warning:
         lines += [f"**Warning:** {warning}", ""]
     lines.append("| " + " | ".join(_md_header(c) for c in columns) + " |")
     lines.append("|" + "|".join(" ---: " for _ in columns) + "|")
     for row in rows:
-        lines.append("| " + " | ".join(_md_cell(c, row[c]) for c in columns) + " |")
+        lines.append("| " + " | ".join(_md_cell(c, row[c], row) for c in columns) + " |")
     lines += ["", f"k = number of the model's {total_heads} attention heads replaced by constant matrices "
                   "(the k ranked most constant-friendly in sort/sorted_heads.json). "
                   "\"change vs k=0\" = (value − value at k=0) / |value at k=0|, in percent "
                   "(results.csv: the same as a fraction, columns rel_change_*).", ""]
+    if note:
+        lines += [note, ""]
     return "\n".join(lines)
 
 
@@ -144,15 +176,19 @@ def controls_markdown(rows, task, controls):
     """The controls' table: per k, the first main metric of PAPA and of each control, with its change."""
     metric = f"eval_{task.main_metrics[0]}"
 
-    def cell(value, change):
-        return "–" if value is None else f"{value:.4f} ({'–' if change is None else f'{100 * change:+.1f}%'})"
+    def cell(row, value_column, change_column):
+        if row.get(value_column) is None:
+            return "–"
+        change = change_text(row.get(change_column), row.get(f"{change_column}_ci_low"),
+                             row.get(f"{change_column}_ci_high"))
+        return f"{row[value_column]:.4f} ({change})"
 
     lines = [f"## Controls: {metric[len('eval_'):]} (change vs k=0)", "",
              "| k | constant heads (fraction) | PAPA | " + " | ".join(CONTROLS[c].label for c in controls) + " |",
              "|" + " ---: |" * (3 + len(controls))]
     for row in rows:
-        cells = [cell(row.get(metric), row.get(f"rel_change_{metric}"))]
-        cells += [cell(row.get(f"{c}_{metric}"), row.get(f"rel_change_{c}_{metric}")) for c in controls]
+        cells = [cell(row, metric, f"rel_change_{metric}")]
+        cells += [cell(row, f"{c}_{metric}", f"rel_change_{c}_{metric}") for c in controls]
         lines.append(f"| {row['k']} | {row['fraction_constant']:.3f} | " + " | ".join(cells) + " |")
     lines += ["", "uniform: the replaced heads attend equally to every real token (constant matrices of ones); "
                   "random order: the heads are taken in a seeded random order (random_order/), not the ranking; "
@@ -193,23 +229,51 @@ class Results:
     markdown: str
     warning: str | None
     eval_samples: int | None  # evaluation examples of the k = 0 run
+    # {(change column, k): the bootstrap statistics of its interval} (papa.sweep.intervals), for the grid's means
+    distributions: dict = field(default_factory=dict)
+    n_seeds: int = 1
+
+
+def seed_tables(plan):
+    """[(seed, columns, rows)]: each seed's table from its runs' eval_results.json, as a one-seed sweep builds it;
+    and the evaluation examples of the first seed's k = 0 run."""
+    output_dir, task, total_heads = plan.output_dir, plan.task, plan.total_heads
+    tables, samples = [], None
+    for seed, tag in plan.seed_runs:
+        k_results = {k: read_eval_results(os.path.join(output_dir, run_folder(None, k, total_heads, tag)))
+                     for k in plan.ks}
+        columns, rows = build_results(k_results, task, total_heads)
+        control_results = {c: {k: read_eval_results(os.path.join(output_dir, run_folder(c, k, total_heads, tag)))
+                               for k in plan.ks} for c in plan.controls}
+        tables.append((seed, *add_control_columns(columns, rows, control_results, task)))
+        samples = k_results.get(0, {}).get("eval_samples") if samples is None else samples
+    return tables, samples
+
+
+def is_summary_column(column):
+    """A column results.md shows in its own cell (n_seeds, std and intervals go into the value and change cells)."""
+    return column != "n_seeds" and not column.endswith(("_std", "_ci_low", "_ci_high"))
 
 
 def write_results(plan, model_name, stages=()):
-    """results.csv, results.md, results.png, lambdas.png, constant_matrices.png for `plan` (papa.sweep.run.Plan)."""
+    """results.csv, results_per_seed.csv, results.md, results.png, lambdas.png, constant_matrices.png for `plan`
+    (papa.sweep.run.Plan)."""
     from .. import plots
 
     output_dir, task, total_heads = plan.output_dir, plan.task, plan.total_heads
-    k_results = {k: read_eval_results(os.path.join(output_dir, f"k_{k}")) for k in plan.ks}
-    columns, rows = build_results(k_results, task, total_heads)
-    control_results = {c: {k: read_eval_results(os.path.join(output_dir, run_folder(c, k, total_heads)))
-                           for k in plan.ks} for c in plan.controls}
-    columns, rows = add_control_columns(columns, rows, control_results, task)
+    tables, samples = seed_tables(plan)
+    columns, rows = merge_seeds(tables)
+    distributions, notes = add_intervals(columns, rows, plan)
     save_text(results_csv(columns, rows), os.path.join(output_dir, "results.csv"))
+    save_text(results_csv(*per_seed_rows(tables)), os.path.join(output_dir, "results_per_seed.csv"))
     title = f"PAPA sweep: {model_name} on {task.name}"
     warning = chance_warning(task, rows)
-    papa_columns = [c for c in columns if not any(c.startswith((f"{n}_", f"rel_change_{n}_")) for n in plan.controls)]
-    markdown = results_markdown(papa_columns, rows, title, total_heads, warning)
+    papa_columns = [c for c in columns if is_summary_column(c) and
+                    not any(c.startswith((f"{n}_", f"rel_change_{n}_")) for n in plan.controls)]
+    note = interval_note(rows, plan.bootstrap_samples)
+    if notes:
+        note = (note + " " if note else "") + f"No interval where a run's predictions are missing: {notes[0]}"
+    markdown = results_markdown(papa_columns, rows, title, total_heads, warning, note)
     if plan.controls:
         markdown += "\n" + controls_markdown(rows, task, plan.controls)
     if stages:
@@ -218,13 +282,27 @@ def write_results(plan, model_name, stages=()):
 
     main = f"eval_{task.main_metrics[0]}"
     avgs_pt = os.path.join(output_dir, "avgs", "avgs.pt")
-    sort_dir = os.path.join(output_dir, "sort")
+    sort_dir = plan.ranking_folder(plan.ranking_seeds[0])  # with --rank_per_seed: the first seed's ranking
     lines = {CONTROLS[c].label: [r.get(f"{c}_{main}") for r in rows] for c in plan.controls}
+    bands = {label: metric_band(rows, change, main) for label, change in
+             [(None, f"rel_change_{main}")] + [(CONTROLS[c].label, f"rel_change_{c}_{main}") for c in plan.controls]}
     plots.plot_results([r["k"] for r in rows], [r.get(main) for r in rows], main[len("eval_"):], total_heads,
-                       title, os.path.join(output_dir, "results.png"), chance=task.chance, controls=lines)
+                       title, os.path.join(output_dir, "results.png"), chance=task.chance, controls=lines,
+                       bands=bands)
     plots.plot_lambdas(os.path.join(sort_dir, "lambdas.npy"), os.path.join(output_dir, "lambdas.png"),
                        f"Ranking run λ: {model_name} on {task.name}")
     plots.plot_constant_matrices(avgs_pt, os.path.join(sort_dir, "sorted_heads.json"),
                                  os.path.join(output_dir, "constant_matrices.png"),
                                  f"Constant matrices (avgs.pt) of the top-ranked heads: {model_name} on {task.name}")
-    return Results(columns, rows, markdown, warning, k_results.get(0, {}).get("eval_samples"))
+    return Results(columns, rows, markdown, warning, samples, distributions, len(tables))
+
+
+def metric_band(rows, change_column, metric):
+    """A change's interval on the metric's axis: the k = 0 value of `metric` (every change's reference) moved by
+    the interval's ends, (lows, highs) per row, None where unknown."""
+    reference = next((r.get(metric) for r in rows if r["k"] == 0), None)
+
+    def at(end):
+        return [None if reference is None or r.get(f"{change_column}_{end}") is None
+                else reference + r[f"{change_column}_{end}"] * abs(reference) for r in rows]
+    return at("ci_low"), at("ci_high")

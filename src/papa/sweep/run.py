@@ -4,6 +4,7 @@
     <output_dir>/sort/   papa.cli.{glue,ner} --sort_calculating                   → lambdas.npy, sorted_heads.json
     <output_dir>/k_<k>/  papa.cli.{glue,ner} --static_heads_num k                 → eval_results.json
     <output_dir>/uniform_k_<k>/, random_k_<k>/, mean_k_<k>/   the --controls (papa.sweep.controls)
+    with --seeds: k_<k>_seed_<s>/ (controls alike) per seed, and with --rank_per_seed sort_seed_<s>/
     <output_dir>/tokenized/   each split tokenised once, shared by the stages (papa.tokenized_cache)
 
 Every stage runs in a process of its own, as `python -m papa.cli.<command>` (what a user would
@@ -48,10 +49,29 @@ class Plan:
     avgs_batch_size: int
     evaluation_strategy: str
     controls: tuple = ()  # names of papa.sweep.controls.CONTROLS, in the order given
+    seed: int = 42  # --seed: the averaging pass, the random order, and the probing runs without --seeds
+    seeds: tuple | None = None  # --seeds: a probing run per seed, in <run>_seed_<s>/; None: today's layout
+    rank_per_seed: bool = False  # a ranking run per seed (sort_seed_<s>/) instead of one with the first seed
+    bootstrap_samples: int = 1000
 
     @property
     def total_heads(self):
         return self.layers * self.heads_per_layer
+
+    @property
+    def seed_runs(self):
+        """[(seed, folder tag)]: the tag names the seed in run folders (papa.sweep.controls.run_folder); None
+        without --seeds, whose runs keep the plain k_<k>/ folders."""
+        return [(self.seed, None)] if self.seeds is None else [(s, s) for s in self.seeds]
+
+    def ranking_folder(self, seed):
+        """The ranking run whose sorted_heads.json the runs of `seed` read."""
+        return os.path.join(self.output_dir, f"sort_seed_{seed}" if self.rank_per_seed else "sort")
+
+    @property
+    def ranking_seeds(self):
+        """The seeds of the ranking runs: each seed with --rank_per_seed, else the first."""
+        return [s for s, _ in self.seed_runs] if self.rank_per_seed else [self.seed_runs[0][0]]
 
 
 def model_heads(model_path):
@@ -100,6 +120,8 @@ def make_plan(args, task):
         avgs_batch_size=defaults["avgs_batch_size"],
         evaluation_strategy=defaults["evaluation_strategy"],
         controls=tuple(args.controls),
+        seed=args.seed, seeds=None if args.seeds is None else tuple(args.seeds), rank_per_seed=args.rank_per_seed,
+        bootstrap_samples=args.bootstrap_samples,
     )
 
 
@@ -108,10 +130,11 @@ def _epochs(n):
 
 
 def make_stages(plan, args, passthrough):
-    """The averaging stage, the ranking stage, one probing stage per k, then the controls' stages, with their flags."""
+    """The averaging stage, the ranking stage(s), one probing stage per k (and seed), then the controls' stages,
+    with their flags."""
     avgs_module, train_module = (f"papa.cli.{name}" for name in KINDS[plan.task.kind]["cli"])
     avgs_script, train_script = KINDS[plan.task.kind]["scripts"]
-    avgs_dir, sort_dir = os.path.join(plan.output_dir, "avgs"), os.path.join(plan.output_dir, "sort")
+    avgs_dir = os.path.join(plan.output_dir, "avgs")
     # a custom task (papa.custom) has no name to pass: each stage reads it off --train_file again
     source = ["--model_name_or_path", plan.model_path] + ([] if plan.task.custom else ["--task_name", plan.task.name])
     for flag, value in (("--data_dir", args.data_dir), ("--train_file", args.train_file),
@@ -136,7 +159,7 @@ def make_stages(plan, args, passthrough):
         avgs_args.append("--mean_outputs")
         avgs_outputs.append("mean_outputs.pt")
 
-    def training_args(out, epochs, mode, static_dir=avgs_dir):
+    def training_args(out, epochs, mode, static_dir=avgs_dir, seed=args.seed):
         return [*source, *validation, "--do_train", "--do_eval", "--max_seq_length", str(plan.max_seq_length),
                 "--per_device_train_batch_size", str(plan.per_device_train_batch_size),
                 "--per_device_eval_batch_size", str(plan.per_device_eval_batch_size),
@@ -144,30 +167,40 @@ def make_stages(plan, args, passthrough):
                 "--num_train_epochs", repr(epochs), "--learning_rate", repr(plan.learning_rate),
                 "--lr_scheduler_type", "constant", "--evaluation_strategy", plan.evaluation_strategy,
                 "--save_strategy", "no", "--use_papa_preprocess", "--use_freeze_extract_pooler", "true",
-                "--static_heads_dir", static_dir, "--save_total_limit", "0", "--seed", str(args.seed),
+                "--static_heads_dir", static_dir, "--save_total_limit", "0", "--seed", str(seed),
                 *limits, *mode, *passthrough]
 
     avgs_pt = os.path.join(avgs_dir, "avgs.pt")
-    sorted_json = os.path.join(sort_dir, "sorted_heads.json")
 
-    def probing(name, description, k, static_dir, ranking_dir, inputs, extra=()):
+    def probing(name, description, k, static_dir, ranking_dir, inputs, extra=(), seed=plan.seed, tag=None):
         folder = os.path.join(plan.output_dir, name)
         mode = ["--grad_for_classifier_only", "true", "--static_heads_num", str(k), "--sorting_heads_dir", ranking_dir,
                 *extra]
-        return Stage(name, f"{description} ({_epochs(plan.num_train_epochs)})", folder, train_module, train_script,
-                     training_args(folder, plan.num_train_epochs, mode, static_dir), inputs, ["eval_results.json"])
+        shown = "" if tag is None else f", seed {seed}"
+        return Stage(name, f"{description} ({_epochs(plan.num_train_epochs)}{shown})", folder, train_module,
+                     train_script, training_args(folder, plan.num_train_epochs, mode, static_dir, seed), inputs,
+                     ["eval_results.json"])
 
     stages = [
         Stage("avgs", f"averaging attention over the {plan.task.name} training set (T={plan.max_seq_length})",
               avgs_dir, avgs_module, avgs_script, avgs_args, [], avgs_outputs),
-        Stage("sort", f"ranking heads (λ mixing run, {_epochs(plan.sort_num_train_epochs)})", sort_dir,
-              train_module, train_script,
-              training_args(sort_dir, plan.sort_num_train_epochs, ["--sort_calculating", "True"]),
-              [avgs_pt], ["lambdas.npy", "sorted_heads.json", "eval_results.json"]),
     ]
-    for k in plan.ks:
-        stages.append(probing(f"k_{k}", f"probing with k={k} constant heads of {plan.total_heads}", k, avgs_dir,
-                              sort_dir, [avgs_pt] + ([sorted_json] if k > 0 else [])))
+    for seed in plan.ranking_seeds:
+        sort_dir = plan.ranking_folder(seed)
+        shown = f", seed {seed}" if plan.rank_per_seed else ""
+        stages.append(Stage(os.path.basename(sort_dir),
+                            f"ranking heads (λ mixing run, {_epochs(plan.sort_num_train_epochs)}{shown})", sort_dir,
+                            train_module, train_script,
+                            training_args(sort_dir, plan.sort_num_train_epochs, ["--sort_calculating", "True"],
+                                          seed=seed),
+                            [avgs_pt], ["lambdas.npy", "sorted_heads.json", "eval_results.json"]))
+    for seed, tag in plan.seed_runs:
+        sort_dir = plan.ranking_folder(seed)
+        sorted_json = os.path.join(sort_dir, "sorted_heads.json")
+        for k in plan.ks:
+            stages.append(probing(controls.run_folder(None, k, plan.total_heads, tag),
+                                  f"probing with k={k} constant heads of {plan.total_heads}", k, avgs_dir, sort_dir,
+                                  [avgs_pt] + ([sorted_json] if k > 0 else []), seed=seed, tag=tag))
     return stages + controls.control_stages(plan, probing)
 
 
@@ -198,7 +231,8 @@ def save_sweep_json(plan, args, passthrough):
                "max_seq_length": plan.max_seq_length, "num_train_epochs": plan.num_train_epochs,
                "sort_num_train_epochs": plan.sort_num_train_epochs, "learning_rate": plan.learning_rate,
                "per_device_train_batch_size": plan.per_device_train_batch_size, "seed": args.seed,
-               "controls": list(plan.controls), "extra_args": passthrough},
+               "controls": list(plan.controls), "extra_args": passthrough,
+               **({} if plan.seeds is None else {"seeds": list(plan.seeds), "rank_per_seed": plan.rank_per_seed})},
               os.path.join(plan.output_dir, "sweep.json"), indent=2)
 
 

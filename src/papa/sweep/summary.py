@@ -9,7 +9,10 @@ k = 0 probe is at chance (its sweep's warning): relative changes of a score near
 (+300% of an MCC of 0.01), and would swamp the mean.
 
 A standard error comes with each score where a formula exists: √(p(1−p)/n) for accuracies,
-√((1−r²)/(n−2)) for correlations (Matthews, Pearson, Spearman); none for F1.
+√((1−r²)/(n−2)) for correlations (Matthews, Pearson, Spearman); none for F1. Each change comes with its
+95% interval (papa.sweep.intervals: over seeds and evaluation examples), and each mean across tasks with
+the interval of the mean of the tasks' bootstrap statistics (the tasks' resamples are independent), so
+the headline says whether it is distinguishable from zero.
 """
 
 import csv
@@ -18,11 +21,15 @@ import math
 import os
 from dataclasses import dataclass
 
+import numpy as np
+
 from ..io import save_text
 from .controls import CONTROLS
+from .intervals import percentile_interval
+from .results import change_text
 
 CSV_COLUMNS = ["model", "task", "status", "metric", "variant", "k", "fraction_constant", "score", "se",
-               "rel_change", "eval_samples", "error"]
+               "rel_change", "ci_low", "ci_high", "eval_samples", "n_seeds", "error"]
 CORRELATIONS = ("matthews_correlation", "pearson", "spearmanr")
 
 
@@ -42,10 +49,24 @@ class PairOutcome:
     def metric(self):
         return self.task.main_metrics[0]
 
+    def change_column(self, variant):
+        key = f"eval_{self.metric}" if variant == "PAPA" else f"{variant}_eval_{self.metric}"
+        return f"rel_change_{key}"
+
     def points(self, variant):
         """[(k, score, relative change)] of PAPA (variant "PAPA") or of a control, every k of the pair."""
-        key = f"eval_{self.metric}" if variant == "PAPA" else f"{variant}_eval_{self.metric}"
-        return [(row["k"], row.get(key), row.get(f"rel_change_{key}")) for row in self.results.rows]
+        change = self.change_column(variant)
+        return [(row["k"], row.get(change[len("rel_change_"):]), row.get(change)) for row in self.results.rows]
+
+    def interval(self, variant, k):
+        """(low, high) of the change at k (None, None when unknown)."""
+        change = self.change_column(variant)
+        row = next((r for r in self.results.rows if r["k"] == k), {})
+        return row.get(f"{change}_ci_low"), row.get(f"{change}_ci_high")
+
+    def distribution(self, variant, k):
+        """The bootstrap statistics behind the change's interval at k, or None."""
+        return (self.results.distributions or {}).get((self.change_column(variant), k))
 
 
 def half_k(total_heads):
@@ -79,9 +100,11 @@ def summary_rows(outcomes):
         n = o.results.eval_samples
         for variant in variants(o):
             for k, score, change in o.points(variant):
+                low, high = o.interval(variant, k)
                 rows.append({"model": o.model, "task": o.task.name, "status": "ok", "metric": o.metric,
                              "variant": variant, "k": k, "fraction_constant": k / o.total_heads, "score": score,
-                             "se": standard_error(o.metric, score, n), "rel_change": change, "eval_samples": n})
+                             "se": standard_error(o.metric, score, n), "rel_change": change, "ci_low": low,
+                             "ci_high": high, "eval_samples": n, "n_seeds": o.results.n_seeds})
     return rows
 
 
@@ -97,19 +120,31 @@ def summary_csv(rows):
 
 def mean_changes(outcomes, variant, k_of):
     """(mean relative change over the pairs that have one at k_of(pair), number of such pairs)."""
-    changes = []
+    changes = [c for _, c in _changes(outcomes, variant, k_of)]
+    return (sum(changes) / len(changes) if changes else None), len(changes)
+
+
+def _changes(outcomes, variant, k_of):
+    """[(pair, its change at k_of(pair))] of the pairs in the means."""
+    found = []
     for o in outcomes:
         if o.results is None or o.results.warning or variant not in variants(o):
             continue
         k = k_of(o)
         change = next((c for kk, _, c in o.points(variant) if kk == k), None)
         if change is not None:
-            changes.append(change)
-    return (sum(changes) / len(changes) if changes else None), len(changes)
+            found.append((o, change))
+    return found
 
 
-def _pct(change):
-    return "–" if change is None else f"{100 * change:+.1f}%"
+def mean_interval(outcomes, variant, k_of):
+    """(low, high) of the mean change across the pairs in the means: the percentile interval of the mean of their
+    bootstrap statistics, resample by resample (independent across tasks); None unless every pair has one."""
+    found = _changes(outcomes, variant, k_of)
+    stats = [o.distribution(variant, k_of(o)) for o, _ in found]
+    if not stats or any(s is None for s in stats) or len({len(s) for s in stats}) > 1:
+        return None
+    return percentile_interval(np.mean(stats, axis=0))
 
 
 def _score(score, se=None):
@@ -118,19 +153,30 @@ def _score(score, se=None):
     return f"{score:.4f}" + ("" if se is None else f" ± {se:.4f}")
 
 
+def _verdict(interval):
+    if interval is None:
+        return "no interval"
+    return "yes" if interval[0] > 0 or interval[1] < 0 else "no"
+
+
 def headline_markdown(by_model):
     lines = ["## Mean relative change across tasks", "",
-             "| model | variant | ½ of the heads constant | all heads constant | tasks |",
-             "| --- | --- | ---: | ---: | ---: |"]
+             "| model | variant | ½ of the heads constant | all heads constant | tasks | distinguishable from 0 |",
+             "| --- | --- | ---: | ---: | ---: | --- |"]
     for model, outcomes in by_model.items():
         done = [o for o in outcomes if o.results is not None]
         for variant in (variants(done[0]) if done else ["PAPA"]):
-            half, n_half = mean_changes(outcomes, variant, lambda o: half_k(o.total_heads))
-            full, n_full = mean_changes(outcomes, variant, lambda o: o.total_heads)
+            cells = []
+            for k_of in (lambda o: half_k(o.total_heads), lambda o: o.total_heads):
+                mean, count = mean_changes(outcomes, variant, k_of)
+                cells.append((mean, count, mean_interval(outcomes, variant, k_of)))
+            (half, n_half, half_ci), (full, n_full, full_ci) = cells
             label = variant if variant == "PAPA" else CONTROLS[variant].label
-            lines.append(f"| {model} | {label} | {_pct(half)} | {_pct(full)} | {max(n_half, n_full)} of "
-                         f"{len(outcomes)} |")
-    return lines + [""]
+            lines.append(f"| {model} | {label} | {change_text(half, *(half_ci or (None, None)))} | "
+                         f"{change_text(full, *(full_ci or (None, None)))} | {max(n_half, n_full)} of "
+                         f"{len(outcomes)} | ½: {_verdict(half_ci)}; all: {_verdict(full_ci)} |")
+    return lines + ["", "Distinguishable from 0: the 95% interval of the mean change across tasks (* in the cell) "
+                        "excludes 0.", ""]
 
 
 def model_markdown(model, outcomes):
@@ -157,12 +203,14 @@ def model_markdown(model, outcomes):
             for k in ks:
                 if k:
                     score, change = by_k.get(k, (None, None))
-                    cells.append("–" if score is None else f"{score:.4f} ({_pct(change)})")
+                    shown = change_text(change, *o.interval(variant, k))
+                    cells.append("–" if score is None else f"{score:.4f} ({shown})")
             lines.append("| " + " | ".join(cells) + " |")
     done = [o for o in outcomes if o.results is not None]
     for variant in (variants(done[0]) if done else []):
         label = "PAPA" if variant == "PAPA" else CONTROLS[variant].label
-        means = [_pct(mean_changes(outcomes, variant, lambda o, k=k: k)[0]) for k in ks if k]
+        means = [change_text(mean_changes(outcomes, variant, lambda o, k=k: k)[0],
+                             *(mean_interval(outcomes, variant, lambda o, k=k: k) or (None, None))) for k in ks if k]
         lines.append(f"| mean across tasks ({label}) | | | | " + " | ".join(means) + " |")
     return lines + [""]
 
@@ -177,7 +225,9 @@ def summary_markdown(outcomes):
              "Each task's first main metric. Relative change = (score − score at k=0) / |score at k=0|, every "
              "variant against the same k=0 run; a mean is over the tasks that finished with k=0 above chance. ± SE: approximate "
              "standard error of the score on n evaluation examples (accuracy √(p(1−p)/n), correlations "
-             "√((1−r²)/(n−2)), none for F1).", ""]
+             "√((1−r²)/(n−2)), none for F1). [low, high]: 95% interval of a change from a paired bootstrap over the "
+             "seeds and the evaluation examples (a mean's: over its tasks' resamples); * marks one that excludes 0.",
+             ""]
     lines += headline_markdown(by_model)
     for model, pairs in by_model.items():
         lines += model_markdown(model, pairs)
@@ -195,7 +245,8 @@ def summary_panels(outcomes):
             continue
         tasks = panels.setdefault(o.model, {})
         tasks[o.task.name] = {("PAPA" if v == "PAPA" else CONTROLS[v].label):
-                              [(k / o.total_heads, change) for k, _, change in o.points(v)] for v in variants(o)}
+                              [(k / o.total_heads, change, *o.interval(v, k)) for k, _, change in o.points(v)]
+                              for v in variants(o)}
     return list(panels.items())
 
 

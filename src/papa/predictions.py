@@ -1,0 +1,90 @@
+"""Per-example evaluation predictions: `eval_predictions.jsonl` (MNLI also `eval_predictions_mnli-mm.jsonl`).
+
+Every probing run with --do_eval writes, per evaluation split, one JSON object per example in dataset
+order, `{"index": i, "label": ..., "prediction": ...}`: label ids of the task for classification, floats
+for regression (the float32 values the Trainer scored, written exactly), and for token tasks the lists
+of tag names over the scored words (what seqeval scores). The run's metrics follow from the file alone
+(`metrics_from_predictions`), exactly as in eval_results.json; the sweep's bootstrap intervals
+(papa.sweep.intervals) resample these examples.
+"""
+
+import json
+import os
+
+import numpy as np
+
+from .errors import PapaError
+from .io import save_text
+from .metrics import compute_glue_metrics, compute_token_metrics, token_predictions_to_tags
+
+EVAL_PREFIX = "eval"
+
+
+def predictions_file(prefix=EVAL_PREFIX):
+    """The file of an evaluation split, from its metric key prefix: eval -> eval_predictions.jsonl,
+    eval_mnli-mm -> eval_predictions_mnli-mm.jsonl."""
+    return f"eval_predictions{prefix[len(EVAL_PREFIX):]}.jsonl"
+
+
+def metric_file(metric):
+    """(file, metric name inside it) of an eval_results key: eval_mnli-mm_accuracy is accuracy in the -mm file."""
+    name = metric[len("eval_"):] if metric.startswith("eval_") else metric
+    if name.startswith("mnli-mm_"):
+        return predictions_file("eval_mnli-mm"), name[len("mnli-mm_"):]
+    return predictions_file(), name
+
+
+def prediction_records(task, label_list, logits, label_ids):
+    """[{"index", "label", "prediction"}] from the Trainer's logits and label ids, in dataset order."""
+    if task.kind == "token":
+        predicted, gold = token_predictions_to_tags(logits, label_ids, label_list)
+    elif task.is_regression:
+        predicted = [float(v) for v in np.asarray(logits, dtype=np.float32).reshape(-1)]
+        gold = [float(v) for v in np.asarray(label_ids, dtype=np.float32).reshape(-1)]
+    else:
+        predicted = [int(v) for v in np.argmax(logits, axis=-1)]
+        gold = [int(v) for v in np.asarray(label_ids).reshape(-1)]
+    return [{"index": i, "label": g, "prediction": p} for i, (g, p) in enumerate(zip(gold, predicted))]
+
+
+def write_eval_predictions(task, label_list, logits, label_ids, path):
+    """eval_predictions*.jsonl at `path`, atomically; returns the number of examples."""
+    records = prediction_records(task, label_list, logits, label_ids)
+    save_text("".join(json.dumps(r) + "\n" for r in records), path)
+    return len(records)
+
+
+def read_predictions(path):
+    """(labels, predictions) lists from an eval_predictions*.jsonl, checked to be complete and in order."""
+    if not os.path.isfile(path):
+        raise PapaError(f"{path} does not exist (runs before per-example predictions existed have none: delete "
+                        f"the run's folder to redo it)")
+    labels, predictions = [], []
+    with open(path) as f:
+        for number, line in enumerate(f):
+            try:
+                record = json.loads(line)
+                if record["index"] != number:
+                    raise ValueError(f"index {record['index']} where {number} belongs")
+                labels.append(record["label"])
+                predictions.append(record["prediction"])
+            except (ValueError, KeyError, TypeError) as err:
+                raise PapaError(f"{path}:{number + 1}: not an eval_predictions line ({err}); delete the run's folder "
+                                "to redo it") from None
+    if not labels:
+        raise PapaError(f"{path} has no examples; delete the run's folder to redo it")
+    return labels, predictions
+
+
+def as_arrays(task, labels, predictions):
+    """The arrays the Trainer scored: float32 for regression (as its logits and labels), int ids otherwise."""
+    dtype = np.float32 if task.is_regression else np.int64
+    return np.asarray(predictions, dtype=dtype), np.asarray(labels, dtype=dtype)
+
+
+def metrics_from_predictions(task, path, entity_level=False):
+    """The metrics of one eval_predictions*.jsonl, as eval_results.json names them without the prefix."""
+    labels, predictions = read_predictions(path)
+    if task.kind == "token":
+        return compute_token_metrics(predictions, labels, entity_level=entity_level)
+    return compute_glue_metrics(task, *as_arrays(task, labels, predictions))

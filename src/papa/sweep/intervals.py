@@ -1,0 +1,194 @@
+"""Paired hierarchical bootstrap intervals on relative changes: how sure the sweep is that k heads cost X%.
+
+A change at k is measured per seed, `(m_k − m_0) / |m_0|` on the same evaluation examples, and its
+point estimate is the mean over seeds. One bootstrap resample draws the seeds with replacement and,
+within each drawn seed, the evaluation examples with replacement; the same example indices score the
+run at k and that seed's k = 0 run (paired: the examples' own difficulty cancels), and the statistic
+is the mean over the drawn seeds of the per-seed change. The 95% interval is the 2.5th and 97.5th
+percentile of `samples` such statistics (`percentile_interval`). One seed: the interval is over
+examples alone.
+
+A metric that is not a mean of per-example scores is recomputed on every resample, vectorised over
+resamples: from per-example additive columns summed with one matrix product (accuracy, binary F1,
+MSE, Pearson; Matthews from the confusion counts; seqeval's entity F1 from each sentence's true-positive,
+predicted and gold entity counts), or from ranks row by row (Spearman). The draws come from a
+`numpy.random.Generator` seeded with BOOTSTRAP_SEED and the task's name (`task_seed`), so the same
+predictions give the same bytes, and two tasks' resamples are independent (a grid averages them).
+"""
+
+import os
+import zlib
+
+import numpy as np
+
+from ..errors import PapaError
+from ..predictions import as_arrays, metric_file, read_predictions
+
+BOOTSTRAP_SEED = 0
+CONFIDENCE = 0.95
+CHUNK_ELEMENTS = 2_000_000  # example indices drawn at once: bounds memory whatever the evaluation set's size
+MIN_DEFINED = 0.5  # fewer resamples with a defined change than this fraction: no interval
+
+
+def _ratio(numerator, denominator, undefined=0.0):
+    """numerator / denominator, `undefined` where the denominator is 0 (as sklearn's and seqeval's zero_division)."""
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return np.where(denominator == 0, undefined, numerator / np.where(denominator == 0, 1, denominator))
+
+
+def resample_counts(index, n):
+    """(r, n) how many times each example is drawn in each resample, from example indices (r, n)."""
+    r = index.shape[0]
+    return np.bincount((np.arange(r)[:, None] * n + index).ravel(), minlength=r * n).reshape(r, n)
+
+
+def additive(columns, finish):
+    """A resampled metric from per-example columns (n, c): `finish(column sums (r, c), n)` on each resample."""
+    columns = np.asarray(columns, dtype=np.float64)
+
+    def on_resamples(index):
+        n = columns.shape[0]
+        return finish(resample_counts(index, n) @ columns, n)
+    return on_resamples
+
+
+def _matthews(sums, n, classes):
+    confusion = sums.reshape(-1, classes, classes)  # (r, true, predicted)
+    true_sum, pred_sum = confusion.sum(2), confusion.sum(1)
+    correct = np.trace(confusion, axis1=1, axis2=2)
+    cov_tp = correct * n - (true_sum * pred_sum).sum(1)
+    cov_pp, cov_tt = n * n - (pred_sum ** 2).sum(1), n * n - (true_sum ** 2).sum(1)
+    return _ratio(cov_tp, np.sqrt(cov_tt * cov_pp))
+
+
+def _pearson(sums, n, undefined=np.nan):
+    sx, sy, sxx, syy, sxy = sums.T
+    covariance, var_x, var_y = sxy - sx * sy / n, sxx - sx * sx / n, syy - sy * sy / n
+    return _ratio(covariance, np.sqrt(np.clip(var_x * var_y, 0, None)), undefined)
+
+
+def _pearson_columns(x, y):
+    x, y = x - x.mean(), y - y.mean()  # centred once: the sums stay well conditioned
+    return np.stack([x, y, x * x, y * y, x * y], axis=1)
+
+
+def entity_counts(labels, predictions):
+    """(n, 3) per sentence: entities found exactly (type and span), predicted, gold — as seqeval counts them."""
+    from seqeval.metrics.sequence_labeling import get_entities
+
+    counts = []
+    for gold_tags, predicted_tags in zip(labels, predictions):
+        gold, predicted = set(get_entities(list(gold_tags))), set(get_entities(list(predicted_tags)))
+        counts.append((len(gold & predicted), len(predicted), len(gold)))
+    return np.asarray(counts, dtype=np.float64).reshape(-1, 3)
+
+
+def resampled_metric(task, metric, labels, predictions):
+    """f(example indices (r, n)) -> the metric on each resample (r,); None for a metric without a recipe."""
+    if task.kind == "token":
+        if metric != "f1":
+            return None
+        return additive(entity_counts(labels, predictions), lambda s, n: _ratio(2 * s[:, 0], s[:, 1] + s[:, 2]))
+    p, y = as_arrays(task, labels, predictions)
+    if metric == "accuracy":
+        return additive((p == y)[:, None], lambda s, n: s[:, 0] / n)
+    if metric == "f1":  # binary, positive label 1, as sklearn's f1_score
+        columns = np.stack([(p == 1) & (y == 1), (p == 1) & (y != 1), (p != 1) & (y == 1)], axis=1)
+        return additive(columns, lambda s, n: _ratio(2 * s[:, 0], 2 * s[:, 0] + s[:, 1] + s[:, 2]))
+    if metric == "matthews_correlation":
+        classes = int(max(p.max(), y.max())) + 1
+        one_hot = np.eye(classes * classes)[y * classes + p]  # (n, C·C): the example's confusion cell
+        return additive(one_hot, lambda s, n: _matthews(s, n, classes))
+    if metric == "mse":
+        return additive(((p.astype(np.float64) - y) ** 2)[:, None], lambda s, n: s[:, 0] / n)
+    if metric == "pearson":
+        return additive(_pearson_columns(p.astype(np.float64), y.astype(np.float64)), _pearson)
+    if metric == "spearmanr":
+        from scipy.stats import rankdata
+
+        def spearman(index):  # the Pearson correlation of each resample's ranks (ties: average ranks)
+            rx, ry = rankdata(p[index], axis=1), rankdata(y[index], axis=1)
+            rx, ry = rx - rx.mean(1, keepdims=True), ry - ry.mean(1, keepdims=True)
+            return _ratio((rx * ry).sum(1), np.sqrt((rx * rx).sum(1) * (ry * ry).sum(1)), np.nan)
+        return spearman
+    return None
+
+
+def task_seed(task):
+    """The bootstrap's seed for a task's changes: fixed, and a different stream for each task."""
+    return [BOOTSTRAP_SEED, zlib.crc32(task.name.encode())]
+
+
+def draws(rng, num_seeds, num_examples, samples):
+    """Yield the resamples in chunks: (drawn seed positions (c, S), example indices (c, S, n)), c ≤ the rest."""
+    chunk = max(1, CHUNK_ELEMENTS // (num_seeds * num_examples))
+    for start in range(0, samples, chunk):
+        c = min(chunk, samples - start)
+        yield rng.integers(0, num_seeds, size=(c, num_seeds)), rng.integers(0, num_examples,
+                                                                            size=(c, num_seeds, num_examples))
+
+
+def paired_bootstrap(pairs, samples, seed=BOOTSTRAP_SEED):
+    """The bootstrap statistics (samples,): `pairs` is, per seed, (metric at k, metric at k = 0, n): the two as
+    functions of example indices (r, n) (resampled_metric) over the same n examples. NaN where a change is
+    undefined (the k = 0 metric of a resample is 0, or a correlation of a constant)."""
+    if not pairs:
+        raise PapaError("a bootstrap needs at least one seed")
+    sizes = sorted({n for _, _, n in pairs})
+    if len(sizes) > 1:
+        raise PapaError(f"the seeds' runs were evaluated on different numbers of examples ({sizes}); redo them with "
+                        "the same --max_eval_samples")
+    rng, stats, num_examples = np.random.default_rng(seed), [], sizes[0]
+    for seed_positions, examples in draws(rng, len(pairs), num_examples, samples):
+        change = np.empty(seed_positions.shape)  # (c, S): the per-seed change of each drawn seed
+        for s, (at_k, at_zero, _) in enumerate(pairs):
+            drawn = seed_positions == s
+            if drawn.any():
+                index = examples[drawn]  # (m, n): the same examples for k and for k = 0
+                value, reference = at_k(index), at_zero(index)
+                with np.errstate(divide="ignore", invalid="ignore"):
+                    change[drawn] = (value - reference) / np.abs(reference)
+        stats.append(change.mean(axis=1))
+    return np.concatenate(stats)
+
+
+def percentile_interval(stats, confidence=CONFIDENCE):
+    """(low, high) percentile interval of the finite statistics; None when too few are defined."""
+    stats = np.asarray(stats, dtype=np.float64)
+    finite = stats[np.isfinite(stats)]
+    if finite.size == 0 or finite.size < MIN_DEFINED * stats.size:
+        return None
+    tail = 100 * (1 - confidence) / 2
+    low, high = np.percentile(finite, [tail, 100 - tail])
+    return float(low), float(high)
+
+
+class PredictionStore:
+    """Each run's resampled metrics, read once from its eval_predictions*.jsonl (papa.predictions)."""
+
+    def __init__(self, task):
+        self.task, self.cache = task, {}
+
+    def metric(self, folder, metric):
+        """(f(example indices) -> metric, labels) of the run in `folder` for an eval_results key, or None."""
+        key = (folder, metric)
+        if key not in self.cache:
+            file, name = metric_file(metric)
+            labels, predictions = read_predictions(os.path.join(folder, file))
+            self.cache[key] = (resampled_metric(self.task, name, labels, predictions), labels)
+        return self.cache[key]
+
+
+def change_distribution(store, folders, reference_folders, metric, samples):
+    """The bootstrap statistics of the mean relative change of `metric` (an eval_results key): run `folders[i]`
+    against `reference_folders[i]` (k = 0), one pair per seed; None when the metric has no recipe."""
+    pairs = []
+    for folder, reference in zip(folders, reference_folders):
+        (at_k, labels), (at_zero, reference_labels) = store.metric(folder, metric), store.metric(reference, metric)
+        if at_k is None:
+            return None
+        if labels != reference_labels:
+            raise PapaError(f"{folder} and {reference} were evaluated on different examples (their "
+                            f"{metric_file(metric)[0]} labels differ); delete one to redo it on the same data")
+        pairs.append((at_k, at_zero, len(labels)))
+    return paired_bootstrap(pairs, samples, seed=task_seed(store.task))
