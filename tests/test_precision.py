@@ -47,53 +47,55 @@ def patched(base, mode):
     return papa.patch_model(model, constants_with_zero_rows(), static_heads=MIXED)
 
 
-def in_precision(model, precision):
-    """(model cast as `precision` asks, autocast context for it); "fp32" is the model as it is."""
+def in_precision(model, precision, device="cpu"):
+    """(model cast as `precision` asks, autocast context for it) on `device`; "fp32" is the model as it is."""
+    model = model.to(device)
     if precision == "fp32":
-        return model, torch.autocast("cpu", enabled=False)
+        return model, torch.autocast(device, enabled=False)
     kind, dtype = precision.split("-")
     if kind == "cast":
-        return model.to(DTYPE[dtype]), torch.autocast("cpu", enabled=False)
-    return model, torch.autocast("cpu", dtype=DTYPE[dtype])
+        return model.to(DTYPE[dtype]), torch.autocast(device, enabled=False)
+    return model, torch.autocast(device, dtype=DTYPE[dtype])
 
 
-def hidden(model, precision, ids, mask, probs=False):
-    """The last hidden states on real tokens, in float32 (padded positions are zeroed: nothing reads them)."""
-    model, context = in_precision(copy.deepcopy(model), precision)
+def hidden(model, precision, ids, mask, probs=False, device="cpu"):
+    """The last hidden states on real tokens, in float32 on the CPU (padded positions are zeroed: nothing reads them)."""
+    model, context = in_precision(copy.deepcopy(model), precision, device)
     with torch.no_grad(), context:
-        out = model(input_ids=ids, attention_mask=mask, output_attentions=probs)
+        out = model(input_ids=ids.to(device), attention_mask=mask.to(device), output_attentions=probs)
     assert all(torch.isfinite(a).all() for a in (out.attentions or ())), "non-finite attentions"
-    return out.last_hidden_state.float() * mask[..., None]
+    return out.last_hidden_state.float().cpu() * mask[..., None]
 
 
-def stock_error(base, precision, ids, mask, name):
-    reference = hidden(base, "fp32", ids, mask)
-    if name in STOCK_FAILS_UNDER_AUTOCAST and precision.startswith("autocast"):
+def stock_error(base, precision, ids, mask, name, device="cpu"):
+    reference = hidden(base, "fp32", ids, mask, device=device)
+    if name in STOCK_FAILS_UNDER_AUTOCAST and precision.startswith("autocast") and device == "cpu":
         with pytest.raises(RuntimeError, match="overflow"):  # documented; if transformers fixes it, use it again
             hidden(base, precision, ids, mask)
         precision = precision.replace("autocast", "cast")
-    return (hidden(base, precision, ids, mask) - reference).abs().max().item()
+    return (hidden(base, precision, ids, mask, device=device) - reference).abs().max().item()
 
 
-def fp32(model, *args, **kwargs):
-    return hidden(model, "fp32", *args, **kwargs)
-
-
-@pytest.mark.parametrize("precision", PRECISIONS)
-@pytest.mark.parametrize("name,impl", CASES)
-def test_forward_error_within_the_stock_models_own(name, impl, precision):
+def check_forward_error(name, impl, precision, device="cpu"):
+    """Every mode and path of a patched `name` model in `precision` against its own float32 output on `device`."""
     ids, mask = padded_batch(name)
     base = tiny_model(name, impl, head="base")
-    allowed = RATIO * stock_error(base, precision, ids, mask, name)
+    allowed = RATIO * stock_error(base, precision, ids, mask, name, device)
     for mode in ("replace", "mix", "mean_output"):
         model = patched(base, mode)
         for probs in (False, True):  # fast path, probabilities path
             if probs and impl == "sdpa":
                 continue  # attentions come from the same probabilities code under either implementation
-            got = hidden(model, precision, ids, mask, probs)
-            error = (got - fp32(model, ids, mask, probs)).abs().max().item()
+            got = hidden(model, precision, ids, mask, probs, device)
+            error = (got - hidden(model, "fp32", ids, mask, probs, device)).abs().max().item()
             assert torch.isfinite(got).all(), (mode, probs)
             assert error <= allowed, f"{mode} probs={probs}: error {error:.2e} > {RATIO} x stock {allowed / RATIO:.2e}"
+
+
+@pytest.mark.parametrize("precision", PRECISIONS)
+@pytest.mark.parametrize("name,impl", CASES)
+def test_forward_error_within_the_stock_models_own(name, impl, precision):
+    check_forward_error(name, impl, precision)
 
 
 def ranking_step_grads(model, precision, ids, mask, labels):
