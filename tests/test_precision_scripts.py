@@ -6,6 +6,7 @@ that changes the test says so). The float16 forward and backward themselves are 
 """
 
 import json
+import unittest.mock
 
 import numpy as np
 import pytest
@@ -92,3 +93,24 @@ def test_mixed_precision_is_checked(tmp_path, capsys):
 ])
 def test_the_sweep_runs_the_averaging_in_the_training_runs_precision(passthrough, expected):
     assert averaging_precision(passthrough) == expected
+
+
+@pytest.mark.slow
+def test_probing_run_with_torch_compile(tmp_path, tiny_bert):
+    """--torch_compile true (the Trainer compiles the model with inductor): a probing run with constant heads in
+    training mode (attention dropout on: the probabilities path) and evaluation gives the eager run's metrics."""
+    avgs, sort = write_papa_inputs(tmp_path)
+    data = write_cola(tmp_path / "cola", test=False)
+    common = ["--model_name_or_path", tiny_bert, "--task_name", "cola", "--data_dir", data, "--do_train", "--do_eval",
+              "--num_train_epochs", 1, "--use_cpu", "true", *papa_flags(avgs, sort, k=6)]
+    run_command("glue", [*common, "--output_dir", tmp_path / "eager"])
+    torch._dynamo.reset()
+    import torch._inductor.config as inductor
+
+    with unittest.mock.patch.object(inductor, "fallback_random", True):  # dropout draws as eager's, for the comparison
+        run_command("glue", [*common, "--output_dir", tmp_path / "compiled", "--torch_compile", "true"])
+    eager, compiled = (finite_metrics(tmp_path / name) for name in ("eager", "compiled"))
+    scores = [k for k in eager if k.startswith("eval_") and not k.endswith(("runtime", "per_second"))]
+    assert "eval_matthews_correlation" in scores
+    for key in scores:
+        assert compiled[key] == pytest.approx(eager[key], rel=1e-4, abs=1e-6), key
