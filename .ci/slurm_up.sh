@@ -47,7 +47,7 @@ fi
 
 # slurm.conf: this machine as the one node (as many CPUs and as much memory as slurmd sees, less a margin); a job
 # gets its CPUs' share of the memory unless it asks (without DefMemPerCPU a job would hold all of it, one at a time)
-CPUS=$(nproc)
+CPUS=$(getconf _NPROCESSORS_ONLN)  # not nproc: it honours OMP_NUM_THREADS
 MEM_MB=$(awk '/MemTotal/ {printf "%d", $2 / 1024 * 0.9}' /proc/meminfo)
 install -d -m 0755 "$CONF_DIR" "$STATE_DIR" "$SPOOL_DIR" "$LOG_DIR"
 CONF=$(cat <<CONF

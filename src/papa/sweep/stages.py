@@ -106,7 +106,7 @@ def show_tail(tail, log_path):
 
 def utc_now():
     """The time now, ISO-8601 in UTC (the stamp's `started` / `finished`)."""
-    return datetime.now(timezone.utc).isoformat(timespec="seconds")
+    return datetime.now(timezone.utc).isoformat(timespec="milliseconds")
 
 
 @dataclass
