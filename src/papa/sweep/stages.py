@@ -8,6 +8,9 @@ probing runs with k > 0). A stage is done iff its stamp matches the current fing
 output files exist; otherwise its folder is emptied and the stage runs again. So a changed avgs.pt
 redoes the ranking and every probing run, a deleted `k_<k>/` redoes only that k, and a changed
 `--num_train_epochs` redoes the training stages.
+
+The stamp also records how the stage ran: `launcher` (inline, local, slurm), `job_id` (the Slurm
+job; null otherwise), `host`, and `started` / `finished` (ISO-8601, UTC).
 """
 
 import hashlib
