@@ -6,6 +6,7 @@ own (CUDA_VISIBLE_DEVICES), so no two stages share a GPU; on CPU, --cpus_per_sta
 (papa.sweep.stages.execute_stage: the fork server's fork, log.txt, the stamp), so it writes the same files.
 """
 
+import multiprocessing
 import os
 import threading
 import time
@@ -83,6 +84,11 @@ class LocalLauncher:
         self.running -= 1
         self.free_gpus.extend(task.handle["gpus"])
         return run, None
+
+    def interrupt(self):
+        """The driver stops: so do the stages it started (as an inline stage stops with its sweep)."""
+        for process in multiprocessing.active_children():
+            process.kill()
 
     def wait(self, seconds):
         self.changed.wait(seconds)

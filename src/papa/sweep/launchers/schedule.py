@@ -84,7 +84,20 @@ def _fail(task, run, note, errors):
 
 
 def run_scheduled(tasks, launcher):
-    """Run `tasks` with `launcher`, each when those it waits for are done; {sweep: its first error} for the failed."""
+    """Run `tasks` with `launcher`, each when those it waits for are done; {sweep: its first error} for the failed.
+
+    Interrupted (Ctrl-C), the launcher's running stages are stopped where it can (local) or left to finish
+    (Slurm jobs: the next run waits for them)."""
+    try:
+        return _run_scheduled(tasks, launcher)
+    except BaseException:
+        interrupt = getattr(launcher, "interrupt", None)
+        if interrupt is not None:
+            interrupt()
+        raise
+
+
+def _run_scheduled(tasks, launcher):
     errors = {}
     while True:
         progressed = False

@@ -17,6 +17,7 @@ import json
 import os
 import shutil
 import subprocess
+import sys
 import time
 
 from ...errors import PapaError
@@ -153,6 +154,11 @@ class SlurmLauncher:
         missing = [o for o in stage.outputs if not os.path.isfile(os.path.join(stage.folder, o))]
         returncode = 0 if code == 0 and missing else code or 1  # 0: it ran to the end but wrote too little
         return StageRun(returncode, log_tail(log_path), None, log_path, missing), note
+
+    def interrupt(self):
+        if self.in_flight:
+            print(f"[sweep] stopped: {self.in_flight} Slurm job(s) go on (squeue lists them); the same command "
+                  "again waits for them instead of submitting them twice", file=sys.stderr, flush=True)
 
     def wait(self, seconds):
         time.sleep(seconds)
