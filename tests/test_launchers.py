@@ -255,3 +255,21 @@ def test_slurm_grid_every_stage_a_job_resumed_after_a_killed_driver(slurm_cluste
     assert proc.stderr.rstrip().splitlines()[-1].startswith(f"error: 1 of 2 sweeps failed ({model} x cola)")
     summary = (out / "summary.csv").read_text()
     assert "cola" in summary and "failed" in summary
+
+
+def test_local_stages_get_their_own_gpus_or_their_share_of_the_cores(monkeypatch, capsys):
+    from papa.sweep.launchers.local import LocalLauncher
+
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0,2,3")
+    launcher = LocalLauncher(4)  # one GPU each by default: three stages at once, not four
+    assert launcher.max_parallel == 3 and launcher.stage_env({}, ["2"])["CUDA_VISIBLE_DEVICES"] == "2"
+    launcher = LocalLauncher(4, gpus_per_stage=2)
+    assert launcher.max_parallel == 1 and launcher.free_gpus == ["0", "2", "3"]
+    assert "up to 1 stage at once, 2 GPU(s) each" in capsys.readouterr().out
+    with pytest.raises(PapaError, match="--gpus_per_stage 4: only 3 GPU"):
+        LocalLauncher(1, gpus_per_stage=4)
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
+    launcher = LocalLauncher(2, cpus_per_stage=4, nproc_per_node=2)
+    env = launcher.stage_env({"A": "1"}, [])
+    assert env == {"A": "1", "OMP_NUM_THREADS": "2", "MKL_NUM_THREADS": "2"}  # 4 threads over 2 processes
+    assert LocalLauncher(3).cpus_per_stage == max(1, os.cpu_count() // 3)

@@ -186,10 +186,10 @@ def run_grid(args, passthrough=()):
             except PapaError as err:
                 raise PapaError(f"{model_display_name(model)} x {task.name}: {err}") from None
 
+    launcher = make_launcher(args, output_dir)  # None: inline
     os.makedirs(output_dir, exist_ok=True)
     print(f"[grid] {len(models)} model(s) x {len(tasks)} task(s) = {len(pairs)} sweeps; output in {output_dir}",
           flush=True)
-    launcher = make_launcher(args, output_dir)
     start = time.monotonic()
     outcomes = run_pairs(pairs) if launcher is None else run_pairs_launched(pairs, launcher)
 

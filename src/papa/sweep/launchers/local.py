@@ -45,17 +45,24 @@ class LocalLauncher:
         self.running = 0
         self.changed = threading.Event()
         shown = (f"{self.gpus_per_stage} GPU(s)" if self.gpus_per_stage else f"{self.cpus_per_stage} CPU thread(s)")
-        print(f"[sweep] launcher local: up to {self.max_parallel} stages at once, {shown} each", flush=True)
-        start_fork_server()
+        at_once = f"{self.max_parallel} stage{'s' if self.max_parallel > 1 else ''}"
+        print(f"[sweep] launcher local: up to {at_once} at once, {shown} each", flush=True)
 
     def has_room(self):
         return self.running < self.max_parallel
 
-    def start(self, task, reason):
-        gpus = [self.free_gpus.pop(0) for _ in range(self.gpus_per_stage)]
-        env = dict(task.env, OMP_NUM_THREADS=str(self.cpus_per_stage), MKL_NUM_THREADS=str(self.cpus_per_stage))
+    def stage_env(self, env, gpus):
+        """The stage's environment: its share of the cores (per process under torchrun), its own GPUs."""
+        threads = str(max(1, self.cpus_per_stage // max(1, self.nproc_per_node)))
+        env = dict(env, OMP_NUM_THREADS=threads, MKL_NUM_THREADS=threads)
         if self.gpus:
             env["CUDA_VISIBLE_DEVICES"] = ",".join(gpus)
+        return env
+
+    def start(self, task, reason):
+        start_fork_server()  # once: the stages' imports
+        gpus = [self.free_gpus.pop(0) for _ in range(self.gpus_per_stage)]
+        env = self.stage_env(task.env, gpus)
         where = f" on GPU {','.join(gpus)}" if gpus else ""
         print(f"{task.prefix}{'' if reason == 'new' else f' (redo: {reason})'}: running{where}", flush=True)
         handle = {"gpus": gpus, "run": None}
