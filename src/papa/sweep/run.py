@@ -9,6 +9,9 @@
 Every stage runs in a process of its own, as `python -m papa.cli.<command>` (what a user would
 type) runs it: a fork of the fork server of papa.sweep.child, else a subprocess. So no torch state
 leaks from one stage to the next and the sweep works from any install.
+
+`--launcher local` / `slurm` (papa.sweep.launchers) run independent stages side by side, or each as a
+Slurm job; the default runs them one at a time, here.
 """
 
 import os
