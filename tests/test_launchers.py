@@ -275,3 +275,24 @@ def test_local_stages_get_their_own_gpus_or_their_share_of_the_cores(monkeypatch
     env = launcher.stage_env({"A": "1"}, [])
     assert env == {"A": "1", "OMP_NUM_THREADS": "2", "MKL_NUM_THREADS": "2"}  # 4 threads over 2 processes
     assert LocalLauncher(3).cpus_per_stage == max(1, os.cpu_count() // 3)
+
+
+def test_a_silent_squeue_decides_nothing_and_a_job_gone_without_its_stamp_failed(tmp_path, monkeypatch, capsys):
+    pytest.importorskip("submitit")
+    from papa.sweep.launchers import slurm
+
+    stage = prepared_stages(tmp_path, "--static_heads_nums", "0")[0]
+    (task,) = [t for t in sweep_tasks("", [stage], str(tmp_path / "out"), {}) if t.stage is stage]
+    launcher = slurm.SlurmLauncher(str(tmp_path / "out"), {"time": 5})
+    task.handle = {"job_id": "5", "seen_running": False, "slurm_log": "5_0_log.err"}
+    launcher.in_flight = 1
+    answers = iter([None, {"5": "RUNNING"}, {}])
+    monkeypatch.setattr(slurm, "queue_states", lambda: next(answers))
+    monkeypatch.setattr(slurm, "final_state", lambda job_id: ("FAILED", 1))
+    assert not launcher.has_room() and launcher.poll(task) is None  # squeue silent: no submission, no verdict
+    launcher.wait(0)
+    assert launcher.poll(task) is None and "running (Slurm job 5)" in capsys.readouterr().out
+    launcher.wait(0)
+    run, note = launcher.poll(task)  # gone from the queue without a stamp: failed, with Slurm's word
+    assert (run.ok, run.returncode, run.log_path, launcher.in_flight) == (False, 1, "5_0_log.err", 0)
+    assert note == "Slurm job 5: FAILED; submitit's log: 5_0_log.err"

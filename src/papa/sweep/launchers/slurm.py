@@ -28,6 +28,7 @@ from .job import run_in_slurm_job
 
 ACTIVE = {"PENDING", "CONFIGURING", "RUNNING", "COMPLETING", "REQUEUED", "RESIZING", "SUSPENDED", "REQUEUE_HOLD",
           "REQUEUE_FED", "SIGNALING", "STAGE_OUT", "STOPPED", "PREEMPTED"}  # PREEMPTED: requeued, or ends soon
+SQUEUE_PATIENCE_S = 600  # how long the driver waits for an unanswering squeue before it gives up
 SWEEP_VARIABLES = ("PAPA_PROGRESS", "PYTHONUNBUFFERED", "PAPA_TOKENIZED_CACHE", "TOKENIZERS_PARALLELISM",
                    "HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE")
 
@@ -81,25 +82,31 @@ class SlurmLauncher:
         self.executor.update_parameters(**parameters)
         self.limit = array_parallelism or float("inf")
         self.nproc_per_node, self.cpus_per_stage = nproc_per_node, cpus_per_stage
-        self.in_flight, self.states, self.states_at = 0, {}, None
+        self.in_flight, self.states, self.states_at, self.fresh = 0, {}, None, False
+        self.answered_at = time.monotonic()
         shown = ", ".join(f"{k}={v}" for k, v in parameters.items() if k != "job_name")
         print(f"[sweep] launcher slurm: one job per stage ({shown}); submitit folders in {self.folder}", flush=True)
 
     def has_room(self):
-        return self.in_flight < self.limit
+        return self.in_flight < self.limit and self._states() is not None
 
     def _tracking(self, task):
         key = os.path.relpath(task.stage.folder, self.root).replace(os.sep, "__")
         return os.path.join(self.folder, "jobs", f"{key}.json")
 
     def _states(self):
-        """squeue's states, asked at most once per poll round (None only if squeue never answered)."""
+        """squeue's states, asked at most once per poll round; None while squeue does not answer (the controller
+        restarting): then nothing is decided, neither a submission nor a job's end."""
         if self.states_at is None:
             states = queue_states()
-            if states is not None:
-                self.states = states
             self.states_at = time.monotonic()
-        return self.states
+            if states is not None:
+                self.states, self.answered_at = states, self.states_at
+            elif self.states_at - self.answered_at > SQUEUE_PATIENCE_S:
+                raise PapaError(f"squeue has not answered for {SQUEUE_PATIENCE_S // 60} minutes; the submitted jobs "
+                                "go on: re-run the same command when Slurm answers, to wait for them")
+            self.fresh = states is not None
+        return self.states if self.fresh else None
 
     def start(self, task, reason):
         tracking = self._tracking(task)
@@ -107,7 +114,7 @@ class SlurmLauncher:
         if os.path.isfile(tracking):
             with open(tracking) as f:
                 tracked = json.load(f)
-        state = self._states().get(str(tracked["job_id"])) if tracked else None
+        state = self.states.get(str(tracked["job_id"])) if tracked else None  # fresh: has_room() asked
         if state in ACTIVE and tracked["command"] == task.stage.command:
             print(f"{task.prefix}: already {state.lower()} as Slurm job {tracked['job_id']} (submitted earlier), "
                   "waiting for it", flush=True)
@@ -132,7 +139,10 @@ class SlurmLauncher:
 
     def poll(self, task):
         handle = task.handle
-        state = self._states().get(str(handle["job_id"]))
+        states = self._states()
+        if states is None:
+            return None
+        state = states.get(str(handle["job_id"]))
         if state in ACTIVE:
             if state == "RUNNING" and not handle["seen_running"]:
                 handle["seen_running"] = True
