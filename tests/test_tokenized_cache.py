@@ -4,8 +4,10 @@
 """
 
 import os
+import threading
 
 import pytest
+import datasets
 from datasets import DatasetDict
 from transformers import AutoTokenizer
 
@@ -110,3 +112,60 @@ def test_token_task_hit_equals_tokenising_again(cache, tokenizer, shared_data, m
     same(tokenize_cached(ner, data, tokenizer, label_list, 32, True, True, True), expected)
     no_tokenising(monkeypatch)
     same(tokenize_cached(ner, data, tokenizer, label_list, 32, True, True, True), expected)
+
+
+# ----------------------------------------------------------------------------- stages running at once
+
+
+def test_concurrent_stages_share_entries_safely(cache, tokenizer, repeat_splits):
+    """Stages of --launcher local or slurm tokenise the same split at the same time, some with --overwrite_cache:
+    each gets what tokenising gives, one whole entry remains, no temporary folder is left."""
+    label_list = list(REPEAT.labels)
+    train = DatasetDict(train=repeat_splits["train"])
+    expected = tokenize_dataset(REPEAT, train, tokenizer, label_list, 32, True, True)
+    results, errors = [], []
+
+    def stage(overwrite):
+        try:
+            for _ in range(3):
+                results.append(tokenize_cached(REPEAT, train, tokenizer, label_list, 32, True, True,
+                                               overwrite=overwrite))
+        except Exception as err:  # noqa: BLE001 -- reported below
+            errors.append(err)
+
+    threads = [threading.Thread(target=stage, args=(i % 2 == 1,)) for i in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert not errors and len(results) == 12
+    for result in results:
+        same(result, expected)
+    assert len(entries(cache)) == 1 and not entries(cache)[0].startswith(".")
+
+
+def test_an_entry_stored_first_wins_and_partial_ones_are_never_read(cache, tokenizer, repeat_splits, monkeypatch):
+    label_list = list(REPEAT.labels)
+    train = DatasetDict(train=repeat_splits["train"])
+    first = tokenize_cached(REPEAT, train, tokenizer, label_list, 32, True, True)
+    (entry,) = entries(cache)
+    # another stage's store of the same entry, finished later: the first one stays, its temporary folder goes
+    tokenized_cache._save(first["train"].select(range(3)), str(cache / entry))
+    assert entries(cache) == [entry] and len(datasets.load_from_disk(str(cache / entry))) == 40
+    # a killed stage's half-written temporary folder is not an entry
+    (cache / ".tmp-killed").mkdir()
+    (cache / ".tmp-killed" / "data-00000-of-00001.arrow").write_bytes(b"partial")
+    no_tokenising(monkeypatch)
+    same(tokenize_cached(REPEAT, train, tokenizer, label_list, 32, True, True), first)
+
+
+def test_an_entry_replaced_while_being_read_is_tokenised_instead(cache, tokenizer, repeat_splits, monkeypatch):
+    label_list = list(REPEAT.labels)
+    train = DatasetDict(train=repeat_splits["train"])
+    expected = tokenize_cached(REPEAT, train, tokenizer, label_list, 32, True, True)
+
+    def vanished(path, *args, **kwargs):
+        raise FileNotFoundError(path)  # what another stage's --overwrite_cache does to a reader mid-way
+
+    monkeypatch.setattr(tokenized_cache.datasets, "load_from_disk", vanished)
+    same(tokenize_cached(REPEAT, train, tokenizer, label_list, 32, True, True), expected)

@@ -301,6 +301,35 @@ class SweepArguments:
                 "Flags the sweep does not know are passed the same way, after its own, so they override its defaults."})
     verbose: bool = field(default=False, metadata={
         "help": "Also show each stage's full output (it always goes to <stage>/log.txt)."})
+    # how the stages run (papa.sweep.launchers); docs/scale_out.md
+    launcher: str = field(default="inline", metadata={
+        "choices": ["inline", "local", "slurm"],
+        "help": "inline: one stage at a time (default); local: up to --max_parallel stages at once on this machine; "
+                "slurm: every stage one Slurm job (submitit). A stage starts when the stages it reads from are done."})
+    max_parallel: int | None = field(default=None, metadata={
+        "help": "--launcher local: at most N stages at once (default 1; with GPUs, also at most GPUs / "
+                "--gpus_per_stage)."})
+    cpus_per_stage: int | None = field(default=None, metadata={
+        "help": "--launcher local: threads of each stage on CPU (default: the cores / --max_parallel)."})
+    gpus_per_stage: int | None = field(default=None, metadata={
+        "help": "--launcher local: GPUs of each stage, its own (CUDA_VISIBLE_DEVICES; default 1 when GPUs are visible)."})
+    slurm_partition: str | None = field(default=None, metadata={
+        "help": "--launcher slurm: the partition (default: the cluster's default)."})
+    slurm_time_min: int | None = field(default=None, metadata={
+        "help": "--launcher slurm: time limit of each stage's job, in minutes (default 60)."})
+    slurm_cpus_per_stage: int | None = field(default=None, metadata={
+        "help": "--launcher slurm: CPUs of each stage's job (default: --nproc_per_node)."})
+    slurm_gpus_per_stage: int | None = field(default=None, metadata={
+        "help": "--launcher slurm: GPUs of each stage's job (default 0: give 1, or --nproc_per_node, on a GPU cluster)."})
+    slurm_mem_gb: float | None = field(default=None, metadata={
+        "help": "--launcher slurm: memory of each stage's job in GB (default: the partition's)."})
+    slurm_array_parallelism: int | None = field(default=None, metadata={
+        "help": "--launcher slurm: at most N stage jobs queued or running at once (default: no limit)."})
+    slurm_additional_parameters: str | None = field(default=None, metadata={
+        "help": "--launcher slurm: more sbatch options as a JSON object, passed to submitit, e.g. "
+                "'{\"account\": \"my_lab\", \"qos\": \"normal\"}'."})
+    nproc_per_node: int = field(default=1, metadata={
+        "help": "--launcher local or slurm: run each stage data-parallel as N processes under torchrun."})
 
     def __post_init__(self):
         if self.task_name is None and self.train_file is None and self.validation_file is None:

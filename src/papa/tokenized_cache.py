@@ -15,7 +15,8 @@ depends on:
 So a hit is what tokenising again would give (tested), and any change is a miss; old entries stay
 (delete `tokenized/` to reclaim the space). Without the variable, or with a tokenizer that has no
 serialisable backend, it just tokenises. An entry is written to a temporary folder and renamed
-into place: a killed stage leaves a whole entry or none.
+into place: a killed stage leaves a whole entry or none, and stages running at once (--launcher
+local or slurm) never read a partial one; the first of two that store the same entry wins.
 """
 
 import dataclasses
@@ -80,20 +81,41 @@ def _code_digest():
                           datasets.__version__]))
 
 
-def _save(dataset, entry):
+def _save(dataset, entry, replace=False):
+    """Write `dataset` as `entry`, whole or not at all: into a temporary folder beside it, then renamed into place.
+    Several stages may store the same entry at once (--launcher local or slurm): the first rename wins. With
+    `replace`, an existing entry is first renamed away (then deleted), so no reader ever sees a half-deleted one."""
     parent = os.path.dirname(entry)
     os.makedirs(parent, exist_ok=True)
     tmp = tempfile.mkdtemp(prefix=".tmp-", dir=parent)
+    old = None
     try:
         dataset.save_to_disk(tmp)
         os.chmod(tmp, 0o755)
+        if replace and os.path.isdir(entry):
+            old = tempfile.mkdtemp(prefix=".old-", dir=parent)
+            try:
+                os.rename(entry, os.path.join(old, "entry"))
+            except OSError:  # another process replaced or removed it first
+                pass
         try:
             os.rename(tmp, entry)
         except OSError:  # another process stored the same entry first: keep theirs
             pass
     finally:
-        if os.path.exists(tmp):
-            shutil.rmtree(tmp, ignore_errors=True)
+        for folder in (tmp, old):
+            if folder and os.path.exists(folder):
+                shutil.rmtree(folder, ignore_errors=True)
+
+
+def _load(entry):
+    """The stored split, or None when there is none (or it was just replaced under us by another stage)."""
+    if not os.path.isdir(entry):
+        return None
+    try:
+        return datasets.load_from_disk(entry)
+    except FileNotFoundError:  # renamed away while being read (papa's _save with replace): tokenise instead
+        return None
 
 
 def tokenize_cached(task, dataset_dict, tokenizer, *args, overwrite=False, **kwargs):
@@ -114,11 +136,10 @@ def tokenize_cached(task, dataset_dict, tokenizer, *args, overwrite=False, **kwa
     out = {}
     for split, dataset in dataset_dict.items():
         entry = os.path.join(folder, _sha256(common + raw_digest(dataset))[:32])
-        if overwrite and os.path.isdir(entry):
-            shutil.rmtree(entry)
-        if os.path.isdir(entry):
-            out[split] = datasets.load_from_disk(entry)
+        stored = None if overwrite else _load(entry)
+        if stored is not None:
+            out[split] = stored
             continue
         out[split] = tokenize_dataset(task, datasets.DatasetDict({split: dataset}), tokenizer, *args, **kwargs)[split]
-        _save(out[split], entry)
+        _save(out[split], entry, replace=overwrite)
     return datasets.DatasetDict(out)

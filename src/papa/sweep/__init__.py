@@ -8,6 +8,7 @@
     run.py       run_sweep: settings → stages → results
     grid.py      run_grid: every model x task, each a sweep in its own folder, then the summary
     summary.py   the grid's summary.csv, summary.md, summary.png
+    launchers/   --launcher local (stages side by side) and slurm (a Slurm job per stage): docs/scale_out.md
 
 Entry point: `papa-sweep` (papa.cli.sweep, papa_scripts/run_papa_sweep.py).
 """

@@ -15,6 +15,7 @@ other command, the stage is a plain subprocess.
 """
 
 import collections
+import importlib
 import io
 import multiprocessing
 import os
@@ -76,6 +77,16 @@ def _fork_server():
     return _server
 
 
+def fork_from_this_process():
+    """In a process that runs one stage and nothing else (a Slurm job): fork the stage from this process, its
+    imports done here once, instead of starting a fork server (a second interpreter importing them again)."""
+    global _server
+    if "fork" in multiprocessing.get_all_start_methods():
+        for name in PRELOAD:
+            importlib.import_module(name)
+        _server = multiprocessing.get_context("fork")
+
+
 def start_fork_server():
     """Start the fork server now, so that its imports overlap what the sweep does before its first stage."""
     if _fork_server() is not None:
@@ -89,6 +100,11 @@ def _run_module(module, argv, env, cwd, out):
     os.dup2(out.fileno(), 1)
     os.dup2(out.fileno(), 2)
     out.close()
+    threads = env.get("OMP_NUM_THREADS")
+    if threads and threads != os.environ.get("OMP_NUM_THREADS") and threads.isdigit():
+        import torch  # preloaded by the server with its own thread count: the stage's share instead
+
+        torch.set_num_threads(int(threads))
     os.environ.clear()
     os.environ.update(env)
     os.chdir(cwd)

@@ -22,7 +22,8 @@ from pathlib import Path
 
 from ..errors import PapaError
 from ..custom import resolve_task
-from .run import execute_sweep, model_display_name, prepare_sweep, run_sweep
+from .launchers import check_launcher, make_launcher, run_scheduled, sweep_tasks
+from .run import begin_sweep, execute_sweep, finish_sweep, model_display_name, prepare_sweep, run_sweep
 from .stages import human
 from .summary import PairOutcome, write_summary
 
@@ -106,9 +107,63 @@ def check_grid_flags(args, tasks):
                         "distinct names")
 
 
+def pair_name(pair):
+    return f"{pair.model_name} x {pair.plan.task.name}"
+
+
+def pair_outcome(pair):
+    plan = pair.plan
+    return PairOutcome(pair.model_name, plan.task, plan.total_heads, plan.ks, plan.controls)
+
+
+def report_failure(outcome, pair, err):
+    """A failed pair: reported, recorded in its outcome; the other pairs go on."""
+    outcome.error = str(err)
+    print(f"[grid] {pair_name(pair)} failed: {err}", file=sys.stderr, flush=True)
+
+
+def run_pairs(pairs):
+    """The inline grid: each pair's sweep in turn, its stages one at a time; [PairOutcome]."""
+    outcomes = []
+    for index, pair in enumerate(pairs, 1):
+        print(f"\n[grid] {index}/{len(pairs)} {pair_name(pair)}", flush=True)
+        outcome = pair_outcome(pair)
+        try:
+            outcome.results = execute_sweep(pair)
+        except PapaError as err:  # a failed stage: report it, go on with the other pairs
+            report_failure(outcome, pair, err)
+        outcomes.append(outcome)
+    return outcomes
+
+
+def run_pairs_launched(pairs, launcher):
+    """Every pair's stages through one `launcher` (papa.sweep.launchers), stages of different pairs side by side;
+    then each pair's results. [PairOutcome]"""
+    starts, tasks = {}, []
+    for index, pair in enumerate(pairs, 1):
+        print(f"\n[grid] {index}/{len(pairs)} {pair_name(pair)}", flush=True)
+        starts[pair_name(pair)], env = begin_sweep(pair)
+        tasks += sweep_tasks(pair_name(pair), pair.stages, pair.plan.output_dir, env, pair.args.verbose)
+    print(flush=True)
+    errors = run_scheduled(tasks, launcher)
+    outcomes = []
+    for pair in pairs:
+        outcome = pair_outcome(pair)
+        try:
+            if pair_name(pair) in errors:
+                raise PapaError(errors[pair_name(pair)])
+            print(f"\n[grid] results of {pair_name(pair)}", flush=True)
+            outcome.results = finish_sweep(pair, starts[pair_name(pair)])
+        except PapaError as err:
+            report_failure(outcome, pair, err)
+        outcomes.append(outcome)
+    return outcomes
+
+
 def run_grid(args, passthrough=()):
     """Run the sweep for every model x task of SweepArguments `args` (one pair: a plain sweep, as before)."""
     # no --task_name but --train_file: a custom sequence task read off the file (papa.custom)
+    check_launcher(args)
     tasks = [resolve_task(None, name, args.train_file, cache_dir=args.cache_dir) for name in args.task_names]
     tasks = list({t.name: t for t in tasks}.values())
     models = args.model_names
@@ -131,21 +186,12 @@ def run_grid(args, passthrough=()):
             except PapaError as err:
                 raise PapaError(f"{model_display_name(model)} x {task.name}: {err}") from None
 
+    launcher = make_launcher(args, output_dir)  # None: inline
     os.makedirs(output_dir, exist_ok=True)
     print(f"[grid] {len(models)} model(s) x {len(tasks)} task(s) = {len(pairs)} sweeps; output in {output_dir}",
           flush=True)
-    start, outcomes = time.monotonic(), []
-    for index, pair in enumerate(pairs, 1):
-        plan = pair.plan
-        name = f"{pair.model_name} x {plan.task.name}"
-        print(f"\n[grid] {index}/{len(pairs)} {name}", flush=True)
-        outcome = PairOutcome(pair.model_name, plan.task, plan.total_heads, plan.ks, plan.controls)
-        try:
-            outcome.results = execute_sweep(pair)
-        except PapaError as err:  # a failed stage: report it, go on with the other pairs
-            outcome.error = str(err)
-            print(f"[grid] {name} failed: {err}", file=sys.stderr, flush=True)
-        outcomes.append(outcome)
+    start = time.monotonic()
+    outcomes = run_pairs(pairs) if launcher is None else run_pairs_launched(pairs, launcher)
 
     markdown = write_summary(output_dir, outcomes)
     print("\n" + markdown, flush=True)

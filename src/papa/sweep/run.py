@@ -10,6 +10,9 @@
 Every stage runs in a process of its own, as `python -m papa.cli.<command>` (what a user would
 type) runs it: a fork of the fork server of papa.sweep.child, else a subprocess. So no torch state
 leaks from one stage to the next and the sweep works from any install.
+
+`--launcher local` / `slurm` (papa.sweep.launchers) run independent stages side by side, or each as a
+Slurm job; the default runs them one at a time, here.
 """
 
 import os
@@ -26,6 +29,7 @@ from ..tokenized_cache import CACHE_ENV
 from . import controls
 from .child import start_fork_server
 from .defaults import averaging_precision, check_passthrough, default_static_heads_nums, task_defaults
+from .launchers import check_launcher, make_launcher, run_scheduled, sweep_tasks
 from .results import write_results
 from .stages import Stage, human, run_stage
 
@@ -257,8 +261,8 @@ def prepare_sweep(args, task, passthrough=()):
     return Prepared(args, plan, stages, passthrough, model_display_name(args.model_name_or_path))
 
 
-def execute_sweep(prepared):
-    """Run (or resume) a prepared sweep: its stages, then its results; returns the papa.sweep.results.Results."""
+def begin_sweep(prepared):
+    """Before a sweep's stages: its header line, sweep.json, the controls' artifacts; (start time, the stages' env)."""
     args, plan, model_name = prepared.args, prepared.plan, prepared.model_name
     os.makedirs(plan.output_dir, exist_ok=True)
     shown = f"; controls: {' '.join(plan.controls)}" if plan.controls else ""
@@ -268,13 +272,13 @@ def execute_sweep(prepared):
     save_sweep_json(plan, args, prepared.passthrough)
     controls.write_artifacts(plan.output_dir, plan.controls, plan.layers, plan.heads_per_layer, plan.max_seq_length,
                              args.seed)
-    start, env = time.monotonic(), stage_env(args, plan)
-    if any(stage.why_not_done(stage.fingerprint(plan.output_dir)) for stage in prepared.stages):
-        start_fork_server()  # the stages' imports (papa.sweep.child), while the sweep writes its files
-    for index, stage in enumerate(prepared.stages, 1):
-        run_stage(stage, index, len(prepared.stages), plan.output_dir, env, verbose=args.verbose)
+    return time.monotonic(), stage_env(args, plan)
 
-    results = write_results(plan, model_name, prepared.stages)
+
+def finish_sweep(prepared, start):
+    """After a sweep's stages: its results, printed and written; returns the papa.sweep.results.Results."""
+    plan = prepared.plan
+    results = write_results(plan, prepared.model_name, prepared.stages)
     print("\n" + results.markdown, flush=True)
     if results.warning:
         print(f"[sweep] warning: {results.warning}", flush=True)
@@ -283,11 +287,31 @@ def execute_sweep(prepared):
     return results
 
 
+def execute_sweep(prepared, launcher=None):
+    """Run (or resume) a prepared sweep: its stages, then its results; returns the papa.sweep.results.Results.
+
+    `launcher`: None runs the stages one at a time (inline); else a papa.sweep.launchers launcher."""
+    plan = prepared.plan
+    start, env = begin_sweep(prepared)
+    if launcher is None:
+        if any(stage.why_not_done(stage.fingerprint(plan.output_dir)) for stage in prepared.stages):
+            start_fork_server()  # the stages' imports (papa.sweep.child), while the sweep writes its files
+        for index, stage in enumerate(prepared.stages, 1):
+            run_stage(stage, index, len(prepared.stages), plan.output_dir, env, verbose=prepared.args.verbose)
+    else:
+        tasks = sweep_tasks("", prepared.stages, plan.output_dir, env, prepared.args.verbose)
+        errors = run_scheduled(tasks, launcher)
+        if errors:
+            raise PapaError(errors[""])
+    return finish_sweep(prepared, start)
+
+
 def run_sweep(args, task, passthrough=()):
     """Run (or resume) the PAPA sweep for SweepArguments `args` on `task` (a TaskSpec); returns results.csv's path.
 
     `passthrough`: flags for every training run, after the sweep's own (so they override its defaults).
     """
+    check_launcher(args)
     prepared = prepare_sweep(args, task, passthrough)
-    execute_sweep(prepared)
+    execute_sweep(prepared, make_launcher(args, prepared.plan.output_dir))
     return os.path.join(prepared.plan.output_dir, "results.csv")

@@ -8,15 +8,20 @@ probing runs with k > 0). A stage is done iff its stamp matches the current fing
 output files exist; otherwise its folder is emptied and the stage runs again. So a changed avgs.pt
 redoes the ranking and every probing run, a deleted `k_<k>/` redoes only that k, and a changed
 `--num_train_epochs` redoes the training stages.
+
+The stamp also records how the stage ran: `launcher` (inline, local, slurm), `job_id` (the Slurm
+job; null otherwise), `host`, and `started` / `finished` (ISO-8601, UTC).
 """
 
 import hashlib
 import json
 import os
 import shutil
+import socket
 import sys
 import time
 from dataclasses import dataclass
+from datetime import datetime, timezone
 
 from ..errors import PapaError
 from ..io import save_json
@@ -102,6 +107,61 @@ def show_tail(tail, log_path):
     sys.stderr.flush()
 
 
+def utc_now():
+    """The time now, ISO-8601 in UTC (the stamp's `started` / `finished`)."""
+    return datetime.now(timezone.utc).isoformat(timespec="milliseconds")
+
+
+@dataclass
+class StageRun:
+    """What running a stage's command gave: its exit status, its log's last lines, how long, what is missing."""
+
+    returncode: int
+    tail: list
+    seconds: float
+    log_path: str
+    missing: list
+
+    @property
+    def ok(self):
+        return self.returncode == 0 and not self.missing
+
+
+def execute_stage(stage, output_dir, env, on_progress, echo=None, launcher="inline", job_id=None, command=None):
+    """Empty the stage's folder, run its command (output to log.txt), check its outputs, write its stamp on success.
+
+    Every launcher runs a stage through this (papa.sweep.launchers), so a stage writes the same files
+    whoever runs it; `launcher` and `job_id` (the Slurm job, else None) go into the stamp. `command`:
+    what to run instead of stage.command (the same stage under torchrun).
+    """
+    if os.path.isdir(stage.folder):
+        shutil.rmtree(stage.folder)  # no stale file survives a redo, whatever the new run writes
+    os.makedirs(stage.folder)
+    log_path = os.path.join(stage.folder, LOG)
+    started, start = utc_now(), time.monotonic()
+    returncode, tail = run_logged(command or stage.command, env, log_path, on_progress, echo)
+    seconds = round(time.monotonic() - start, 1)
+    missing = [] if returncode != 0 else [o for o in stage.outputs if not os.path.isfile(os.path.join(stage.folder, o))]
+    run = StageRun(returncode, tail, seconds, log_path, missing)
+    if run.ok:
+        # the stamp last: only a finished stage has one; recomputed so it names what was actually read
+        stamp = {"fingerprint": stage.fingerprint(output_dir), "stage": stage.name, "command": stage.command,
+                 "seconds": seconds, "launcher": launcher, "job_id": job_id, "host": socket.gethostname(),
+                 "started": started, "finished": utc_now()}
+        save_json(stamp, os.path.join(stage.folder, STAMP), indent=2)
+    return run
+
+
+def failure(stage, run):
+    """The PapaError of a failed StageRun: the stage's own one-line error (papa.errors), if it gave one, names the cause."""
+    if run.returncode != 0:
+        cause = next((t[len("error: "):] for t in reversed(run.tail) if t.startswith("error: ")), None)
+        return PapaError(f"{stage.description} failed{f': {cause}' if cause else ''} (exit status {run.returncode}; "
+                         f"its log: {run.log_path}). Fix the cause and re-run the sweep: finished stages are kept")
+    return PapaError(f"{stage.description} exited normally but did not write {', '.join(run.missing)} "
+                     f"in {stage.folder} (its log: {run.log_path})")
+
+
 def run_stage(stage, index, total, output_dir, env, verbose=False):
     """Run `stage` unless it is done; True when it ran. A failure is a PapaError after the log's last lines."""
     prefix = f"[sweep] {index}/{total} {stage.description}"
@@ -109,30 +169,15 @@ def run_stage(stage, index, total, output_dir, env, verbose=False):
     if reason is None:
         print(f"{prefix}: up to date, skipped", flush=True)
         return False
-    if os.path.isdir(stage.folder):
-        shutil.rmtree(stage.folder)  # no stale file survives a redo, whatever the new run writes
-    os.makedirs(stage.folder)
     line = StageLine(prefix + ("" if reason == "new" else f" (redo: {reason})"), live=False if verbose else None)
-    log_path = os.path.join(stage.folder, LOG)
-    start = time.monotonic()
-    returncode, tail = run_logged(stage.command, env, log_path, line.progress, echo_line if verbose else None)
-    seconds = round(time.monotonic() - start, 1)
-    if returncode != 0:
-        line.end(f"failed after {human(seconds)}")
+    run = execute_stage(stage, output_dir, env, line.progress, echo_line if verbose else None)
+    if run.returncode != 0:
+        line.end(f"failed after {human(run.seconds)}")
         if not verbose:
-            show_tail(tail, log_path)
-        # the stage's own one-line error (papa.errors), if it gave one, names the cause
-        cause = next((t[len("error: "):] for t in reversed(tail) if t.startswith("error: ")), None)
-        raise PapaError(f"{stage.description} failed{f': {cause}' if cause else ''} (exit status {returncode}; "
-                        f"its log: {log_path}). Fix the cause and re-run the sweep: finished stages are kept")
-    missing = [o for o in stage.outputs if not os.path.isfile(os.path.join(stage.folder, o))]
-    if missing:
+            show_tail(run.tail, run.log_path)
+        raise failure(stage, run)
+    if run.missing:
         line.end("failed")
-        raise PapaError(f"{stage.description} exited normally but did not write {', '.join(missing)} "
-                        f"in {stage.folder} (its log: {log_path})")
-    # the stamp last: only a finished stage has one; recomputed so it names what was actually read
-    stamp = {"fingerprint": stage.fingerprint(output_dir), "stage": stage.name, "command": stage.command,
-             "seconds": seconds, "finished": time.strftime("%Y-%m-%dT%H:%M:%S")}
-    save_json(stamp, os.path.join(stage.folder, STAMP), indent=2)
-    line.end(f"done in {human(seconds)}")
+        raise failure(stage, run)
+    line.end(f"done in {human(run.seconds)}")
     return True
