@@ -8,11 +8,11 @@ table, and the stages' wall times (from their stage.json) in a third.
 
 import csv
 import io
-import json
 import math
 import os
 from dataclasses import dataclass
 
+from ..errors import PapaError
 from ..io import load_json_object, save_text
 from .controls import CONTROLS, run_folder
 from .stages import STAMP
@@ -167,9 +167,8 @@ def stage_times(stages):
     times = []
     for stage in stages:
         try:
-            with open(os.path.join(stage.folder, STAMP)) as f:
-                seconds = json.load(f).get("seconds")
-        except (OSError, ValueError, AttributeError):
+            seconds = load_json_object(os.path.join(stage.folder, STAMP), "").get("seconds")
+        except PapaError:
             seconds = None
         times.append((stage.name, seconds))
     return times

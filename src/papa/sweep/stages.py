@@ -11,7 +11,6 @@ redoes the ranking and every probing run, a deleted `k_<k>/` redoes only that k,
 """
 
 import hashlib
-import json
 import os
 import shutil
 import sys
@@ -19,7 +18,7 @@ import time
 from dataclasses import dataclass
 
 from ..errors import PapaError
-from ..io import save_json
+from ..io import load_json, save_json
 from .child import StageLine, run_logged
 
 STAMP = "stage.json"
@@ -76,9 +75,8 @@ class Stage:
             started = os.path.isdir(self.folder) and os.listdir(self.folder)
             return "unfinished earlier" if started else "new"
         try:
-            with open(stamp_path) as f:
-                stamp = json.load(f)
-        except (OSError, ValueError):
+            stamp = load_json(stamp_path, "")
+        except PapaError:
             return "unreadable stage.json"
         if fingerprint is None:
             return "an input file is missing"
