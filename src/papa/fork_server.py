@@ -14,8 +14,10 @@ is None: the sweep runs its stages as plain subprocesses, and `call` starts a sp
 
 import multiprocessing
 import os
+import queue
 import runpy
 import sys
+import time
 
 # what the server imports once: everything a sweep stage or a benchmark child imports before it works
 PRELOAD = ["papa.runs", "papa.cli", "transformers.trainer", "papa.benchmark.run"]
@@ -56,15 +58,27 @@ def call(function, *args, timeout=CALL_TIMEOUT_S):
     module-level function (the child finds it by name). A failure in the child is a RuntimeError here,
     with the child's traceback."""
     ctx = context() or multiprocessing.get_context("spawn")
-    queue = ctx.Queue()
-    process = ctx.Process(target=_answer, args=(queue, function, args))
+    answers = ctx.Queue()
+    process = ctx.Process(target=_answer, args=(answers, function, args))
     process.start()
+    name = f"child process {function.__module__}.{function.__name__}"
+    deadline = time.monotonic() + timeout
     try:
-        status, payload = queue.get(timeout=timeout)
+        while True:
+            try:
+                status, payload = answers.get(timeout=1)
+                break
+            except queue.Empty:
+                if not process.is_alive() and answers.empty():  # killed (e.g. out of memory) before answering
+                    raise RuntimeError(f"{name} died without an answer (exit status {process.exitcode})") from None
+                if time.monotonic() > deadline:
+                    raise RuntimeError(f"{name} did not answer within {timeout} s") from None
     finally:
         process.join(timeout=60)
+        if process.is_alive():
+            process.kill()
     if status != "ok":
-        raise RuntimeError(f"child process {function.__module__}.{function.__name__} failed:\n{payload}")
+        raise RuntimeError(f"{name} failed:\n{payload}")
     return payload
 
 
