@@ -6,70 +6,12 @@ import numpy as np
 import pytest
 import torch
 from torch.testing import assert_close
-from transformers import (
-    BertConfig,
-    BertForSequenceClassification,
-    BertForTokenClassification,
-    BertModel,
-    RobertaConfig,
-    RobertaForSequenceClassification,
-)
 
 import papa
+from numpy_attention import numpy_norm, softmax_rows
 from papa.attention import constant_attention_output, normalized_constant
 from papa.errors import PapaError
-
-L, H, HIDDEN, T = 3, 4, 32, 12
-
-
-def tiny_config(kind="bert", impl="sdpa"):
-    cls = BertConfig if kind == "bert" else RobertaConfig
-    config = cls(
-        vocab_size=120, hidden_size=HIDDEN, num_hidden_layers=L, num_attention_heads=H, intermediate_size=48,
-        max_position_embeddings=64, num_labels=3, hidden_dropout_prob=0.1, attention_probs_dropout_prob=0.1,
-        pad_token_id=1 if kind == "roberta" else 0,
-    )
-    config._attn_implementation = impl
-    return config
-
-
-def tiny_model(kind="bert", impl="sdpa", cls=None, seed=0):
-    torch.manual_seed(seed)
-    cls = cls or (BertForSequenceClassification if kind == "bert" else RobertaForSequenceClassification)
-    return cls(tiny_config(kind, impl)).eval()
-
-
-def random_constants(seed=1):
-    g = torch.Generator().manual_seed(seed)
-    return torch.rand(L, H, T, T, generator=g)
-
-
-def batch(seed=2, lengths=(T, 7, 3)):
-    g = torch.Generator().manual_seed(seed)
-    ids = torch.randint(5, 120, (len(lengths), T), generator=g)
-    mask = torch.zeros(len(lengths), T, dtype=torch.long)
-    for b, n in enumerate(lengths):
-        mask[b, :n] = 1
-    return ids, mask
-
-
-def numpy_norm(x, valid):
-    """norm(X·P) with P = m mᵀ, by a plain per-row loop."""
-    x = np.asarray(x, dtype=np.float64) * np.outer(valid, valid)
-    out = np.zeros_like(x)
-    for i in range(x.shape[0]):
-        s = np.abs(x[i]).sum()
-        out[i] = x[i] / max(s, 1e-12)
-    return out
-
-
-def numpy_softmax_rows(scores, valid):
-    out = np.zeros_like(scores, dtype=np.float64)
-    for i in range(scores.shape[0]):
-        row = np.where(valid > 0, scores[i], -np.inf)
-        e = np.exp(row - row.max())
-        out[i] = e / e.sum()
-    return out
+from tiny_encoders import HIDDEN, H, L, T, padded_batch, random_constants, tiny_model
 
 
 @pytest.mark.parametrize("kind", ["bert", "roberta"])
@@ -77,7 +19,7 @@ def numpy_softmax_rows(scores, valid):
 def test_zero_constant_heads_equals_stock(kind, impl):
     stock = tiny_model(kind, impl)
     patched = papa.patch_model(copy.deepcopy(stock), random_constants(), static_heads=None)
-    ids, mask = batch()
+    ids, mask = padded_batch(kind)
     with torch.no_grad():
         assert_close(patched(ids, attention_mask=mask).logits, stock(ids, attention_mask=mask).logits)
         out = patched(ids, attention_mask=mask, output_attentions=True)
@@ -90,7 +32,7 @@ def test_zero_constant_heads_equals_stock(kind, impl):
 @pytest.mark.parametrize("mix", [False, True])
 def test_layer_against_independent_numpy(impl, mix):
     """One layer's context and attentions, recomputed head by head from the unpruned weights."""
-    model = tiny_model("bert", impl, cls=BertModel)
+    model = tiny_model("bert", impl, head="base")
     constants = random_constants()
     attn = model.encoder.layer[1].attention.self
     wq, bq = attn.query.weight.detach().numpy().copy(), attn.query.bias.detach().numpy().copy()
@@ -103,7 +45,7 @@ def test_layer_against_independent_numpy(impl, mix):
     if mix:
         with torch.no_grad():
             attn.lambdas.copy_(torch.tensor([0.5, -1.0, 2.0, 0.0]))
-    ids, mask = batch()
+    ids, mask = padded_batch("bert")
     captured = {}
 
     def grab(module, args, kwargs, output):
@@ -122,7 +64,7 @@ def test_layer_against_independent_numpy(impl, mix):
         stock_context = np.zeros((x.shape[1], HIDDEN))
         for h in range(H):
             sl = slice(h * d, (h + 1) * d)
-            soft = numpy_softmax_rows(q[:, sl] @ k[:, sl].T / np.sqrt(d), valid)
+            soft = softmax_rows(q[:, sl] @ k[:, sl].T / np.sqrt(d), np.outer(np.ones_like(valid), valid) > 0)
             const = numpy_norm(constants[1, h].numpy(), valid)
             if mix:
                 w = 1 / (1 + np.exp(-lam[h]))
@@ -152,7 +94,7 @@ def test_fast_path_equals_attentions_path(kind, impl, heads):
     else:
         static = [[l, h] for l in range(L) for h in range(H)] if heads == "all" else [[0, 1], [2, 0], [2, 3], [1, 2]]
         papa.patch_model(model, random_constants(), static_heads=static)
-    ids, mask = batch()
+    ids, mask = padded_batch("bert")
     with torch.no_grad():
         fast = model(ids, attention_mask=mask).logits
         slow = model(ids, attention_mask=mask, output_attentions=True)
@@ -161,8 +103,8 @@ def test_fast_path_equals_attentions_path(kind, impl, heads):
 
 
 def test_mix_limits():
-    ids, mask = batch()
-    stock = tiny_model()
+    ids, mask = padded_batch("bert")
+    stock = tiny_model("bert", "sdpa")
     mixed = papa.patch_model(copy.deepcopy(stock), random_constants(), mix_all_heads=True)
     everything = [[l, h] for l in range(L) for h in range(H)]
     constant = papa.patch_model(copy.deepcopy(stock), random_constants(), static_heads=everything)
@@ -176,8 +118,8 @@ def test_mix_limits():
 def test_padding_content_does_not_matter():
     """Valid positions ignore whatever sits at padded positions (constant, mixed and dynamic heads)."""
     for kwargs in [dict(static_heads=[[0, 0], [1, 1], [1, 2]]), dict(mix_all_heads=True)]:
-        model = papa.patch_model(tiny_model(cls=BertForTokenClassification), random_constants(), **kwargs)
-        ids, mask = batch()
+        model = papa.patch_model(tiny_model("bert", "sdpa", head="token"), random_constants(), **kwargs)
+        ids, mask = padded_batch("bert")
         other = ids.clone()
         other[mask == 0] = 7
         with torch.no_grad():
@@ -187,8 +129,8 @@ def test_padding_content_does_not_matter():
 
 
 def test_padded_equals_unpadded_without_constants():
-    model = papa.patch_model(tiny_model(cls=BertForTokenClassification), random_constants())
-    ids, mask = batch()
+    model = papa.patch_model(tiny_model("bert", "sdpa", head="token"), random_constants())
+    ids, mask = padded_batch("bert")
     with torch.no_grad():
         padded = model(ids, attention_mask=mask).logits
         for b in range(ids.shape[0]):
@@ -199,7 +141,7 @@ def test_padded_equals_unpadded_without_constants():
 
 def test_attentions_even_if_hooks_were_installed_before_patching():
     model = tiny_model("bert", "sdpa")
-    ids, mask = batch()
+    ids, mask = padded_batch("bert")
     with torch.no_grad():
         model(ids, attention_mask=mask, output_attentions=True)  # installs HF's recording hooks
         papa.patch_model(model, random_constants(), static_heads=[[0, 0]])
@@ -209,7 +151,7 @@ def test_attentions_even_if_hooks_were_installed_before_patching():
 
 
 def test_pruned_shapes_and_all_constant_layer_skips_qk():
-    model = papa.patch_model(tiny_model(), random_constants(), static_heads={0: [1, 3], 2: [0, 1, 2, 3]})
+    model = papa.patch_model(tiny_model("bert", "sdpa"), random_constants(), static_heads={0: [1, 3], 2: [0, 1, 2, 3]})
     d = HIDDEN // H
     layers = [layer.attention.self for layer in model.bert.encoder.layer]
     assert layers[0].query.weight.shape == (2 * d, HIDDEN) and layers[0].key.bias.shape == (2 * d,)
@@ -219,7 +161,7 @@ def test_pruned_shapes_and_all_constant_layer_skips_qk():
     calls = []
     layers[2].query.register_forward_hook(lambda *a: calls.append(1))
     layers[2].key.register_forward_hook(lambda *a: calls.append(1))
-    ids, mask = batch()
+    ids, mask = padded_batch("bert")
     with torch.no_grad():
         model(ids, attention_mask=mask)
         model(ids, attention_mask=mask, output_attentions=True)
@@ -227,7 +169,7 @@ def test_pruned_shapes_and_all_constant_layer_skips_qk():
 
 
 def test_pruned_rows_are_the_dynamic_heads_rows():
-    stock = tiny_model()
+    stock = tiny_model("bert", "sdpa")
     weight = stock.bert.encoder.layer[0].attention.self.query.weight.detach().clone()
     model = papa.patch_model(stock, random_constants(), static_heads=[[0, 1], [0, 2]])
     d = HIDDEN // H
@@ -251,8 +193,8 @@ def test_constant_output_helper_matches_materialised_probabilities():
 
 
 def test_gradients_reach_constants_and_lambdas():
-    model = papa.patch_model(tiny_model(), random_constants(), mix_all_heads=True).train()
-    ids, mask = batch()
+    model = papa.patch_model(tiny_model("bert", "sdpa"), random_constants(), mix_all_heads=True).train()
+    ids, mask = padded_batch("bert")
     model(ids, attention_mask=mask, labels=torch.tensor([0, 1, 2])).loss.backward()
     attn = model.bert.encoder.layer[0].attention.self
     assert attn.lambdas.grad is not None and attn.lambdas.grad.abs().sum() > 0
@@ -262,8 +204,8 @@ def test_gradients_reach_constants_and_lambdas():
 @pytest.mark.parametrize("kwargs", [dict(static_heads=[[0, 1], [1, 0], [1, 1], [1, 2], [1, 3]]), dict(mix_all_heads=True)])
 def test_fast_path_with_autograd_equals_attentions_path(kwargs):
     """Grad enabled, no dropout (eval): the fast path runs under autograd and matches."""
-    model = papa.patch_model(tiny_model(), random_constants(), **kwargs)
-    ids, mask = batch()
+    model = papa.patch_model(tiny_model("bert", "sdpa"), random_constants(), **kwargs)
+    ids, mask = padded_batch("bert")
     fast = model(ids, attention_mask=mask)
     slow = model(ids, attention_mask=mask, output_attentions=True)
     assert_close(fast.logits, slow.logits, rtol=1e-5, atol=1e-5)
@@ -278,27 +220,27 @@ def test_fast_path_with_autograd_equals_attentions_path(kwargs):
 
 def test_clear_errors(tmp_path):
     with pytest.raises(PapaError, match="layers x"):
-        papa.patch_model(tiny_model(), torch.rand(L + 1, H, T, T))
+        papa.patch_model(tiny_model("bert", "sdpa"), torch.rand(L + 1, H, T, T))
     with pytest.raises(PapaError, match="NaN"):
         bad = random_constants()
         bad[0, 0, 0, 0] = float("nan")
-        papa.patch_model(tiny_model(), bad)
+        papa.patch_model(tiny_model("bert", "sdpa"), bad)
     with pytest.raises(PapaError, match="does not exist"):
-        papa.patch_model(tiny_model(), random_constants(), static_heads=[[L, 0]])
+        papa.patch_model(tiny_model("bert", "sdpa"), random_constants(), static_heads=[[L, 0]])
     with pytest.raises(PapaError, match="twice"):
-        papa.patch_model(tiny_model(), random_constants(), static_heads=[[0, 0], [0, 0]])
+        papa.patch_model(tiny_model("bert", "sdpa"), random_constants(), static_heads=[[0, 0], [0, 0]])
     with pytest.raises(PapaError, match="avgs.pt"):
-        papa.patch_model(tiny_model(), tmp_path)
+        papa.patch_model(tiny_model("bert", "sdpa"), tmp_path)
     torch.save({"not": "a tensor"}, tmp_path / "avgs.pt")
     with pytest.raises(PapaError, match="not a"):
-        papa.patch_model(tiny_model(), tmp_path)
+        papa.patch_model(tiny_model("bert", "sdpa"), tmp_path)
     from transformers import GPT2Config, GPT2Model
 
     with pytest.raises(PapaError, match="GPT2Model"):
         papa.patch_model(GPT2Model(GPT2Config(n_layer=1, n_head=2, n_embd=8)), random_constants())
-    model = papa.patch_model(tiny_model(), random_constants(), static_heads=[[0, 0]])
+    model = papa.patch_model(tiny_model("bert", "sdpa"), random_constants(), static_heads=[[0, 0]])
     with pytest.raises(PapaError, match="already"):
         papa.patch_model(model, random_constants())
-    ids, mask = batch()
+    ids, mask = padded_batch("bert")
     with pytest.raises(PapaError, match="12x12.*length is 7"):
         model(ids[:, :7], attention_mask=mask[:, :7])

@@ -6,9 +6,11 @@ import random
 import statistics
 
 import pytest
+import torch
 from conftest import run_command, script, tiny_config
 
-from papa.benchmark import flops, harness, workloads
+from papa import fork_server
+from papa.benchmark import flops, harness, memory, workloads
 from papa.benchmark.report import markdown
 
 
@@ -83,11 +85,14 @@ def test_deberta_bound_counts_the_position_terms_by_hand():
 
 
 def test_head_choices():
-    assert workloads.first_k_heads(5, 2, 3) == [[0, 0], [0, 1], [0, 2], [1, 0], [1, 1]]
-    assert workloads.first_k_heads(0, 2, 3) == []
+    variants = workloads.INFERENCE_VARIANTS
+    assert workloads.chosen_heads(variants["1/2 constant"], 5, 2, 3) == {0: [0, 1, 2], 1: [0, 1]}  # layer-major
+    assert workloads.chosen_heads(variants["1/2 constant"], 0, 2, 3) == {}
     # every other head: odd heads of every layer first, so half the heads touch every layer
-    assert workloads.every_other_head(3, 2, 4) == [[0, 1], [0, 3], [1, 1]]
-    assert sorted(map(tuple, workloads.every_other_head(4, 2, 4))) == [(0, 1), (0, 3), (1, 1), (1, 3)]
+    every_other = variants["1/2 constant, every other head"]
+    assert workloads.chosen_heads(every_other, 3, 2, 4) == {0: [1, 3], 1: [1]}
+    assert workloads.chosen_heads(every_other, 4, 2, 4) == {0: [1, 3], 1: [1, 3]}
+    assert sorted(map(tuple, workloads.every_other(2, 4))) == sorted(map(tuple, workloads.layer_major(2, 4)))
     with pytest.raises(Exception, match="--sorted_heads"):
         workloads.chosen_heads(workloads.INFERENCE_VARIANTS["1/2 constant, ranked"], 2, 2, 4)
 
@@ -182,8 +187,8 @@ def test_processes_pool_fresh_processes(tmp_path):
     assert rounds["process"] == [0, 0, 0, 1, 1, 1] and len(rounds["seconds"]) == len(rounds["stock_beside_seconds"]) == 6
     assert statistics.median(b / t for b, t in zip(rounds["stock_beside_seconds"], rounds["seconds"])) == pytest.approx(
         rows[1]["paired_speed_ratio"])
-    low, high = rows[1]["paired_speed_ratio_ci95"]
-    assert low <= rows[1]["paired_speed_ratio"] <= high
+    ratios = [b / t for b, t in zip(rounds["stock_beside_seconds"], rounds["seconds"])]
+    assert tuple(rows[1]["paired_speed_ratio_ci95"]) == harness.clustered_median_interval(ratios, rounds["process"])
     table = out.with_suffix(".md").read_text()
     assert "3 rounds in each of 2 fresh processes, pooled" in table and "two-stage bootstrap" in table
 
@@ -267,13 +272,27 @@ def test_smoke_run_tiny(tmp_path):
     assert len(inference) == 2 * (1 + len(workloads.INFERENCE_VARIANTS))  # stock + every patched variant per length
     assert {r["constant_heads"] for r in inference} == {0, 4, 7, 8}
     assert {"stock", "PAPA, 1/2 constant, ranked", "PAPA, 1/2 constant, every other head"} <= {r["variant"] for r in inference}
-    for row in inference:
-        assert row["median_s"] > 0 and row["speed_ratio_to_stock"] > 0 and row["flop_bound_speedup"] >= 1
-        low, high = row["paired_speed_ratio_ci95"]
-        assert low <= row["paired_speed_ratio"] <= high
+    # each figure recomputed from the raw rounds in the JSON; 2 rounds: the 95% interval is their whole range
+    by_name = {(r["seq_len"], r["variant"]): r for r in inference}
+    for (T, name), row in by_name.items():
+        stock = by_name[T, "stock"]
+        assert row["speed_ratio_to_stock"] == pytest.approx(stock["median_s"] / row["median_s"])
+        if name == "stock":
+            assert row["paired_speed_ratio"] == 1.0 and row["rounds"] is None
+            continue
+        seconds, beside = row["rounds"]["seconds"], row["rounds"]["stock_beside_seconds"]
+        assert len(seconds) == len(beside) == 2 and row["median_s"] == pytest.approx(statistics.median(seconds))
+        ratios = [b / t for b, t in zip(beside, seconds)]
+        assert row["paired_speed_ratio"] == pytest.approx(statistics.median(ratios))
+        assert row["paired_speed_ratio_ci95"] == pytest.approx([min(ratios), max(ratios)])
     mixing = [r for r in inference if "mixing_time_ratio" in r]
     assert [r["variant"] for r in mixing] == ["PAPA, 1/2 constant, every other head"] * 2
-    assert all(r["mixing_time_ratio_ci95"][0] <= r["mixing_time_ratio"] <= r["mixing_time_ratio_ci95"][1] for r in mixing)
+    for row in mixing:  # per round: (mixed / the stock beside it) / (whole layers / the stock beside it)
+        whole = by_name[row["seq_len"], "PAPA, 1/2 constant"]["rounds"]
+        ratios = [(m / bm) / (w / bw) for m, bm, w, bw in zip(row["rounds"]["seconds"], row["rounds"]["stock_beside_seconds"],
+                                                              whole["seconds"], whole["stock_beside_seconds"])]
+        assert row["mixing_time_ratio"] == pytest.approx(statistics.median(ratios))
+        assert row["mixing_time_ratio_ci95"] == pytest.approx([min(ratios), max(ratios)])
     for row in inference:  # between 1 and the FLOP bound; the stock's own share is one per length
         assert 1.0 <= row["time_weighted_bound"] <= row["flop_bound_speedup"] + 1e-12
         assert 0.0 < row["stock_modelled_time_share"] < 1.0
@@ -282,17 +301,21 @@ def test_smoke_run_tiny(tmp_path):
 
     averaging = results["averaging"]
     assert len(averaging["timing"]) == 3
-    assert all(r["median_s"] > 0 and r["time_ratio_to_plain"] > 0 for r in averaging["timing"])
-    assert all(r["n"] == 2 * 2 for r in averaging["timing"])  # timed batch by batch: 2 passes over 2 batches
-    for row in averaging["timing"]:
-        low, high = row["paired_time_ratio_ci95"]
-        assert low <= row["paired_time_ratio_to_plain"] <= high
+    plain = next(r for r in averaging["timing"] if r["variant"] == "plain eager forward, output_attentions")
+    for row in averaging["timing"]:  # timed batch by batch: 2 passes over 2 batches; 4 rounds: the whole range
+        assert row["n"] == len(row["seconds"]) == 2 * 2
+        assert row["median_s"] == pytest.approx(statistics.median(row["seconds"]))
+        assert row["time_ratio_to_plain"] == pytest.approx(row["median_s"] / plain["median_s"])
+        ratios = [t / p for t, p in zip(row["seconds"], plain["seconds"])]
+        assert row["paired_time_ratio_to_plain"] == pytest.approx(statistics.median(ratios))
+        assert row["paired_time_ratio_ci95"] == pytest.approx([min(ratios), max(ratios)])
     assert [(m["batches"], m["layers"]) for m in averaging["memory"]][:3] == [(2, 2), (8, 2), (2, 1)]
-    assert all(m["peak_increase_mb"] >= 0 for m in averaging["memory"])
+    for row in averaging["memory"] + results["training"]["rows"]:  # measured in the child (memory.peak_increase)
+        assert row["peak_increase_mb"] == pytest.approx(row["peak_rss_after_mb"] - row["peak_rss_before_mb"])
 
     training = results["training"]["rows"]
     assert [r["variant"] for r in training] == list(workloads.TRAINING_VARIANTS)
-    assert all(r["median_s"] > 0 and r["trainable_parameters"] > 0 and r["peak_increase_mb"] >= 0 for r in training)
+    assert all(r["trainable_parameters"] > 0 for r in training)
     full_ft = next(r for r in training if r["variant"] == "full fine-tuning")
     assert all(r["trainable_parameters"] < full_ft["trainable_parameters"] for r in training if r is not full_ft)
 
@@ -304,6 +327,20 @@ def test_smoke_run_tiny(tmp_path):
     assert table == markdown(results)  # the .md beside the JSON is the printed report
     assert results["settings"]["command"].startswith("papa-benchmark --tiny")
     assert not list(tmp_path.glob(".*.tmp"))  # written atomically
+
+
+def allocate_and_fill(megabytes):
+    """In a fresh child: the peak memory figures of filling a new tensor of `megabytes` MiB."""
+    return memory.peak_increase(lambda: torch.ones(megabytes * 2**18), "cpu", 131072)  # float32: 4 bytes
+
+
+def test_peak_increase_sees_a_known_allocation_in_a_fresh_process():
+    """What the memory rows measure: a 16 and a 64 MiB tensor filled in fresh children raise the peak by
+    16 and 64 MiB, plus what a first tensor operation sets up (~5 MiB here), their difference by 48 MiB."""
+    small = fork_server.call(allocate_and_fill, 16)["peak_increase_mb"]
+    large = fork_server.call(allocate_and_fill, 64)["peak_increase_mb"]
+    assert 16 <= small <= 16 + 8 and 64 <= large <= 64 + 8
+    assert abs((large - small) - 48) <= 1
 
 
 def test_bad_flags_are_one_clear_error(capsys):
@@ -329,7 +366,6 @@ def test_variants_choose_the_inference_rows(tmp_path):
 
 
 def test_modelled_time_share_tells_matrix_products_from_elementwise_work():
-    import torch
 
     a = torch.randn(256, 256)
     assert harness.modelled_time_share(lambda: torch.mm(a, a)) > 0.9

@@ -13,7 +13,7 @@ import json
 import numpy as np
 import pytest
 import torch
-from test_attention import H, L, T, batch, tiny_model
+from tiny_encoders import H, L, T, padded_batch, tiny_model
 from torch.testing import assert_close
 
 import papa
@@ -31,10 +31,10 @@ def test_uniform_constants_attend_equally_to_every_real_token(tmp_path):
     controls.write_artifacts(str(tmp_path), ["uniform"], L, H, T, seed=0)
     ones = papa.load_constant_matrices(tmp_path / "uniform", L, H)
     assert torch.equal(ones, torch.ones(L, H, T, T))
-    model = tiny_model()
+    model = tiny_model("bert", "sdpa")
     static = {0: [0, 2], 1: [0, 1, 2, 3]}  # a partly and a wholly replaced layer
     papa.patch_model(model, tmp_path / "uniform", static_heads=static)
-    ids, mask = batch()
+    ids, mask = padded_batch("bert")
     with torch.no_grad():
         out = model(input_ids=ids, attention_mask=mask, output_attentions=True)
     for b in range(len(ids)):

@@ -128,7 +128,7 @@ def test_ranking_errors(expect_error, tmp_path, cola_dir):
                  r"--sorting_heads_dir")
     expect_error("run_papa_glue.py", probing_args(cola_dir, *k(3)), r"sorted_heads.json does not exist")
     (sort / "sorted_heads.json").write_text("[[0, 1], [0, 2")
-    expect_error("run_papa_glue.py", probing_args(cola_dir, *k(3)), r"not valid JSON")
+    expect_error("run_papa_glue.py", probing_args(cola_dir, *k(3)), r"cannot read .*sorted_heads.json \(.*\); rerun the ranking run")
     (sort / "sorted_heads.json").write_text("[[0, 1], [0, 1], [0, 2]]")
     expect_error("run_papa_glue.py", probing_args(cola_dir, *k(3)), r"twice")
     (sort / "sorted_heads.json").write_text("[[0, 1], [6, 0], [0, 2]]")
@@ -247,3 +247,44 @@ def test_saved_tensors_are_byte_identical_for_equal_tensors(tmp_path):
     io.save_tensor(tensor.clone(), tmp_path / "b.pt")
     assert (tmp_path / "a.pt").read_bytes() == (tmp_path / "b.pt").read_bytes()
     assert torch.equal(torch.load(tmp_path / "a.pt", weights_only=True), tensor)
+
+
+def test_permissions_follow_the_umask_read_without_changing_it(tmp_path):
+    from papa import io
+
+    previous = os.umask(0o027)
+    try:
+        assert io.current_umask() == 0o027
+        assert os.umask(0o027) == 0o027  # reading it left it as it was
+        io.save_json({}, tmp_path / "x.json")
+        with io.atomic_files(tmp_path / "folder") as tmp:
+            Path(tmp, "config.json").write_text("{}")
+    finally:
+        os.umask(previous)
+    assert os.stat(tmp_path / "x.json").st_mode & 0o777 == 0o640
+    assert os.stat(tmp_path / "folder" / "config.json").st_mode & 0o777 == 0o640
+
+
+def test_atomic_files_move_every_file_weights_last_or_none(tmp_path, monkeypatch):
+    from papa import io
+
+    folder = tmp_path / "run"
+    folder.mkdir()
+    (folder / "eval_results.json").write_text("kept")  # another file of the run's folder stays
+    (folder / "config.json").write_text("previous")
+    moved = []
+    real_replace = os.replace
+    monkeypatch.setattr(io.os, "replace", lambda a, b: (moved.append(os.path.basename(b)), real_replace(a, b)))
+    with io.atomic_files(folder) as tmp:
+        assert Path(tmp).parent == folder and Path(tmp).name.startswith(".tmp-")
+        for name in ("model.safetensors", "config.json", "vocab.txt"):
+            Path(tmp, name).write_text(f"new {name}")
+    assert moved == ["config.json", "vocab.txt", "model.safetensors"]
+    assert sorted(os.listdir(folder)) == ["config.json", "eval_results.json", "model.safetensors", "vocab.txt"]
+    assert (folder / "config.json").read_text() == "new config.json"
+    with pytest.raises(RuntimeError):
+        with io.atomic_files(folder) as tmp:
+            Path(tmp, "config.json").write_text("half")
+            raise RuntimeError("crash")
+    assert (folder / "config.json").read_text() == "new config.json"  # nothing moved, no temp folder left
+    assert sorted(os.listdir(folder)) == ["config.json", "eval_results.json", "model.safetensors", "vocab.txt"]

@@ -1,5 +1,6 @@
-"""Huge pages for PyTorch's CPU tensors: `import papa` asks for them, keeps the user's choice, and the
-request reaches PyTorch's allocator (page faults of a large tensor drop by an order of magnitude)."""
+"""Huge pages for PyTorch's CPU tensors: `import papa` leaves the environment alone, a command's start asks
+for them and keeps the user's choice, and the request reaches PyTorch's allocator (page faults of a large
+tensor drop by an order of magnitude)."""
 
 import os
 import subprocess
@@ -9,13 +10,16 @@ import pytest
 
 from papa import hugepages
 
-# In a fresh interpreter: import papa, then fill a fresh 64 MiB tensor and count the page faults it took.
+# In a fresh interpreter: import papa (the variable as it was after that), start a command (papa.cli.command),
+# then fill a fresh 64 MiB tensor and count the page faults it took.
 PROBE = """
 import os, resource
-import papa, torch
+import papa, papa.cli, torch
+after_import = os.environ.get("THP_MEM_ALLOC_ENABLE")
+papa.cli.command(lambda argv: None, [])
 before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
 torch.empty(16 * 2**20).fill_(1.0)
-print(os.environ.get("THP_MEM_ALLOC_ENABLE"), resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before)
+print(after_import, os.environ.get("THP_MEM_ALLOC_ENABLE"), resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before)
 """
 
 
@@ -24,7 +28,8 @@ def probe(choice):
     if choice is not None:
         env[hugepages.VARIABLE] = choice
     out = subprocess.run([sys.executable, "-c", PROBE], env=env, capture_output=True, text=True, check=True)
-    variable, faults = out.stdout.split()
+    after_import, variable, faults = out.stdout.split()
+    assert after_import == str(choice)  # import papa changed nothing: "None" where unset
     return variable, int(faults)
 
 
@@ -33,7 +38,7 @@ def probes():
     return {"unset": probe(None), "0": probe("0")}
 
 
-def test_import_asks_for_huge_pages_and_keeps_an_explicit_choice(probes):
+def test_a_command_asks_for_huge_pages_and_keeps_an_explicit_choice(probes):
     assert probes["unset"][0] == "1"
     assert probes["0"][0] == "0"
 

@@ -50,7 +50,7 @@ def test_ranking_errors(tmp_path):
     with pytest.raises(PapaError, match="does not exist"):
         load_sorted_heads(str(tmp_path), 2, 3)
     (tmp_path / "sorted_heads.json").write_text("[[0, 1], [0")
-    with pytest.raises(PapaError, match="not valid JSON"):
+    with pytest.raises(PapaError, match=r"cannot read .*sorted_heads.json .*rerun the ranking run"):
         load_sorted_heads(str(tmp_path), 2, 3)
     (tmp_path / "sorted_heads.json").write_text("[[0, 1], [0, 1]]")
     with pytest.raises(PapaError, match="twice"):
@@ -184,3 +184,28 @@ def test_reload_errors(tmp_path):
     model.save_pretrained(tmp_path)
     with pytest.raises(PapaError, match="not a PAPA"):
         load_papa_model(str(tmp_path))
+
+
+def test_a_failed_save_leaves_the_previous_model(tmp_path):
+    """save_papa_model writes config, weights and tokenizer into a temp folder and moves them in only
+    when all are written: a tokenizer that fails half-way leaves the folder's previous model whole."""
+    torch.manual_seed(0)
+    first = build_model("AutoModelForSequenceClassification", config(), None, torch.rand(L, H, T, T),
+                        static_heads=[[0, 0]]).eval()
+    save_papa_model(first, tmp_path)
+    (tmp_path / "eval_results.json").write_text("{}")  # a run's other files stay
+    before = {name: (tmp_path / name).read_bytes() for name in ("config.json", "model.safetensors")}
+
+    class FailingTokenizer:
+        def save_pretrained(self, folder):
+            with open(f"{folder}/tokenizer.json", "w") as f:
+                f.write("{half")
+            raise OSError("disk full")
+
+    second = build_model("AutoModelForSequenceClassification", config(), None, torch.rand(L, H, T, T),
+                         static_heads=[[1, 1], [0, 2]]).eval()
+    with pytest.raises(OSError, match="disk full"):
+        save_papa_model(second, tmp_path, FailingTokenizer())
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["config.json", "eval_results.json", "model.safetensors"]
+    assert {name: (tmp_path / name).read_bytes() for name in before} == before
+    assert load_papa_model(str(tmp_path)).config.papa["static_heads"] == [[0, 0]]

@@ -188,11 +188,11 @@ def test_a_stage_process_is_logged_and_its_progress_kept_out_of_the_log(tmp_path
 
 @pytest.mark.slow
 def test_a_papa_stage_runs_as_a_fork_of_the_preloaded_server(tmp_path, monkeypatch):
-    """`python -m papa.cli.*` stages are forks of papa.sweep.child's fork server: they must still get the
-    stage's environment, working folder and argv, and their whole output on the log, as a subprocess would."""
-    from papa.sweep import child
+    """`python -m papa.cli.*` stages are forks of papa.fork_server: they must still get the stage's
+    environment, working folder and argv, and their whole output on the log, as a subprocess would."""
+    from papa import fork_server
 
-    if child._fork_server() is None:
+    if fork_server.context() is None:
         pytest.skip("no forkserver start method on this platform (stages are subprocesses)")
     monkeypatch.chdir(tmp_path)
     progress = []

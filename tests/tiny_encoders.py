@@ -1,4 +1,4 @@
-"""Tiny random encoders of every supported family, and small tokenizers for them.
+"""Tiny random encoders of every supported family, their inputs and constants, and small tokenizers for them.
 
 No pretrained DeBERTa, XLM-R, ELECTRA or ModernBERT weights are reachable offline, so the tests
 build tiny random models (a few layers, 4 heads, hidden 32) and, for the end-to-end runs, save
@@ -75,6 +75,11 @@ def tiny_model(name, impl="eager", head="sequence", seed=0, vocab_size=120):
     torch.manual_seed(seed)
     cls = getattr(transformers, type(config).__name__.replace("Config", suffix))
     return cls(config).eval()
+
+
+def random_constants(seed=1):
+    """Random [L, H, T, T] constant matrices (not normalised: papa normalises them)."""
+    return torch.rand(L, H, T, T, generator=torch.Generator().manual_seed(seed))
 
 
 def padded_batch(name, seed=2, lengths=(T, 7, 3), vocab_size=120):

@@ -5,13 +5,10 @@
     build_model, set_trainable, save_papa_model, load_papa_model
     sorted_heads_from_lambdas, save_ranking, load_sorted_heads, first_k_heads
 
-Importing papa asks PyTorch for huge pages for its large CPU tensors (papa/hugepages.py): fewer page
-faults, same values.
+Importing papa changes nothing in the process; the commands (papa.cli) ask PyTorch for huge pages
+when they start (papa/hugepages.py), and a script of your own may call `papa.hugepages.enable()`
+before its first model.
 """
-
-from . import hugepages
-
-hugepages.enable()  # before any model allocates: papa/hugepages.py
 
 from .attention import lambdas_array, load_constant_matrices, patch_model
 from .averaging import AttentionAverager, accumulate_attention

@@ -1,4 +1,4 @@
-"""Transparent huge pages for PyTorch's large CPU tensors, switched on when papa is imported.
+"""Transparent huge pages for PyTorch's large CPU tensors, switched on when a PAPA command starts.
 
 An encoder forward on CPU frees and allocates tensors of tens of MB in every layer; glibc hands
 most of that memory back to the kernel and takes fresh pages again, and every first touch of a
@@ -10,8 +10,9 @@ kernel to back them with 2 MiB pages: ~6 300 faults per forward for either model
 forward took 10–11% less time in back-to-back (not interleaved) runs. Values are unchanged (only
 where the buffers lie in memory changes).
 
-PyTorch reads the variable once, at its first large allocation, so `enable()` runs from
-papa/__init__.py before any model exists; an explicit THP_MEM_ALLOC_ENABLE (e.g. 0) is kept.
+PyTorch reads the variable once, at its first large allocation, so `enable()` runs where every
+command starts (papa.cli.command), before any model exists; `import papa` alone leaves the process's
+environment as it was. An explicit THP_MEM_ALLOC_ENABLE (e.g. 0) is kept.
 Linux only; where the kernel's THP mode is "never" the advice is ignored.
 """
 

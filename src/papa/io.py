@@ -1,11 +1,23 @@
-"""Atomic artifact writes: a temp file in the same folder, then `os.replace`.
+"""Atomic artifact writes, and the one way JSON files are read back.
 
-A run killed mid-write leaves either the previous file or none, never a truncated `avgs.pt` or
-`sorted_heads.json` that looks valid. (And `load_json_object`, the one way JSON files are read back.)
+A file (`atomic_path`, the save_* helpers): written to a temp file in the same folder, then
+`os.replace`d over the target, so a run killed mid-write leaves either the previous file or none,
+never a truncated `avgs.pt` or `sorted_heads.json` that looks valid.
+
+Files that a library writes into a folder (a model's config.json and model.safetensors, a
+tokenizer's files: `atomic_files`): written into a temp folder `<folder>/.tmp-*`, then moved into
+`folder` one by one with `os.replace`, the weights last. Each file is atomic; the set is not: a run
+killed during the moves (microseconds, after everything was written) can leave new small files
+beside the previous weights. The folder itself cannot be swapped, as other files (results, logs,
+checkpoints) live in it. HF Trainer's checkpoint-<step> folders are written by the Trainer as it
+writes them.
+
+`load_json` / `load_json_object`: JSON read back, anything unreadable one PapaError saying what to do.
 """
 
 import json
 import os
+import shutil
 import tempfile
 from contextlib import contextmanager
 
@@ -13,8 +25,18 @@ import numpy as np
 import torch
 
 
-_UMASK = os.umask(0)
-os.umask(_UMASK)
+def current_umask():
+    """The process's umask, read without changing it (Linux: /proc/self/status); elsewhere set and restored."""
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith("Umask:"):
+                    return int(line.split()[1], 8)
+    except (OSError, ValueError, IndexError):
+        pass
+    mask = os.umask(0o022)  # no way to read it but to set it: put it back at once
+    os.umask(mask)
+    return mask
 
 
 @contextmanager
@@ -29,11 +51,34 @@ def atomic_path(path):
         yield tmp
         with open(tmp, "rb+") as f:
             os.fsync(f.fileno())
-        os.chmod(tmp, 0o666 & ~_UMASK)  # mkstemp makes 0600 files; give the usual permissions
+        os.chmod(tmp, 0o666 & ~current_umask())  # mkstemp makes 0600 files; give the usual permissions
         os.replace(tmp, path)
     finally:
         if os.path.exists(tmp):
             os.remove(tmp)
+
+
+WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt")  # moved last by atomic_files
+
+
+@contextmanager
+def atomic_files(folder):
+    """Yield a temp folder inside `folder`; on success move each file written there into `folder`
+    (`os.replace`, weights last), on failure delete them all (see the module docstring)."""
+    folder = os.fspath(folder)
+    os.makedirs(folder, exist_ok=True)
+    tmp = tempfile.mkdtemp(prefix=".tmp-", dir=folder)
+    try:
+        yield tmp
+        names = sorted(os.listdir(tmp), key=lambda name: (name.endswith(WEIGHT_SUFFIXES), name))
+        for name in names:
+            if os.path.isfile(os.path.join(tmp, name)):
+                with open(os.path.join(tmp, name), "rb+") as f:
+                    os.fsync(f.fileno())
+        for name in names:
+            os.replace(os.path.join(tmp, name), os.path.join(folder, name))
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
 
 
 def save_tensor(tensor, path):
@@ -44,15 +89,23 @@ def save_tensor(tensor, path):
             torch.save(tensor, f)
 
 
-def load_json_object(path, fix):
-    """The JSON object (a dict) in `path`; anything else is a PapaError ending with `fix`, what to do about it."""
+def load_json(path, fix):
+    """The JSON value in `path`; a missing or unreadable file, or invalid JSON, is a PapaError ending with
+    `fix`, what to do about it."""
     from .errors import PapaError
 
     try:
         with open(path) as f:
-            value = json.load(f)
+            return json.load(f)
     except (OSError, ValueError) as err:
         raise PapaError(f"cannot read {path} ({err}); {fix}") from None
+
+
+def load_json_object(path, fix):
+    """The JSON object (a dict) in `path`; anything else is a PapaError ending with `fix`."""
+    from .errors import PapaError
+
+    value = load_json(path, fix)
     if not isinstance(value, dict):
         raise PapaError(f"{path} is not a JSON object ({{\"name\": value, ...}}); {fix}")
     return value

@@ -16,7 +16,7 @@ from safetensors.torch import load_file, save_file
 
 from .attention import HEAD_LAYOUT, head_dim, patch_model, reorder_heads
 from .errors import PapaError
-from .io import atomic_path
+from .io import atomic_files
 from .poolers import FreezeExtractForSequenceClassification, FreezeExtractForTokenClassification
 
 WEIGHTS_NAME = "model.safetensors"
@@ -88,16 +88,18 @@ def build_model(
     return model
 
 
-def save_papa_model(model, output_dir):
-    """config.json (with the `papa` block) and model.safetensors, written atomically."""
-    os.makedirs(output_dir, exist_ok=True)
+def save_papa_model(model, output_dir, tokenizer=None):
+    """config.json (with the `papa` block), model.safetensors and, when given, the tokenizer's files; each
+    file atomic, the weights moved in last (papa.io.atomic_files)."""
     papa = dict(getattr(model.config, "papa", None) or {})
     papa.setdefault("model_class", type(model).__name__)  # a patched HF model saved as it is
     model.config.papa = papa
-    model.config.save_pretrained(output_dir)
     state = {name: tensor.detach().contiguous().cpu() for name, tensor in model.state_dict().items()}
-    with atomic_path(os.path.join(output_dir, WEIGHTS_NAME)) as tmp:
-        save_file(state, tmp, metadata={"format": "pt"})
+    with atomic_files(output_dir) as tmp:
+        model.config.save_pretrained(tmp)
+        save_file(state, os.path.join(tmp, WEIGHTS_NAME), metadata={"format": "pt"})
+        if tokenizer is not None:
+            tokenizer.save_pretrained(tmp)
 
 
 def load_papa_model(path, device="cpu"):

@@ -10,7 +10,6 @@
 Everything is written atomically (papa.io) by the main process only.
 """
 
-import json
 import os
 
 import numpy as np
@@ -18,7 +17,7 @@ from transformers.trainer_utils import get_last_checkpoint
 
 from .console import stage
 from .errors import PapaError
-from .io import save_json, save_text
+from .io import load_json_object, save_json, save_text
 from .metrics import token_predictions_to_tags
 
 
@@ -28,8 +27,7 @@ def save_results(split, results, output_dir):
     combined_path = os.path.join(output_dir, "all_results.json")
     combined = {}
     if os.path.exists(combined_path):
-        with open(combined_path) as f:
-            combined = json.load(f)
+        combined = load_json_object(combined_path, "delete it (HF's merged results; it is written again)")
     save_json({**combined, **results}, combined_path, indent=4, sort_keys=True)
 
 

@@ -12,7 +12,6 @@ Figures are built with `matplotlib.figure.Figure` directly (no pyplot global sta
 works in any thread and never opens a window.
 """
 
-import json
 import math
 import os
 
@@ -23,7 +22,7 @@ import numpy as np  # noqa: E402
 from matplotlib.figure import Figure  # noqa: E402
 
 from .errors import PapaError  # noqa: E402
-from .io import atomic_path  # noqa: E402
+from .io import atomic_path, load_json  # noqa: E402
 
 DPI = 120
 CONTROL_STYLES = ({"linestyle": "--", "marker": "s"}, {"linestyle": ":", "marker": "^"},
@@ -125,8 +124,7 @@ def plot_constant_matrices(avgs, sorted_heads, path, title="constant matrices", 
         avgs = load_constant_matrices(avgs)
     avgs = np.asarray(avgs, dtype=float)
     if isinstance(sorted_heads, (str, os.PathLike)):
-        with open(sorted_heads) as f:
-            sorted_heads = json.load(f)
+        sorted_heads = load_json(sorted_heads, "pass the sorted_heads.json a ranking run wrote")
     chosen = [tuple(h) for h in sorted_heads[:count]]
     if not chosen:
         raise PapaError("sorted_heads is empty: no head to draw")

@@ -6,13 +6,12 @@ that prefers its constant matrix most comes first — exactly the original's for
 rows are the heads made constant in a `--static_heads_num k` run.
 """
 
-import json
 import os
 
 import numpy as np
 
 from .errors import PapaError
-from .io import save_json, save_npy
+from .io import load_json, save_json, save_npy
 
 
 def sorted_heads_from_lambdas(lambdas):
@@ -38,11 +37,7 @@ def load_sorted_heads(folder, num_layers, num_heads):
             f"head ranking not found: {path} does not exist (run run_papa_*.py --sort_calculating True "
             "and pass its --output_dir as --sorting_heads_dir)"
         )
-    try:
-        with open(path) as f:
-            rows = json.load(f)
-    except (OSError, ValueError) as err:
-        raise PapaError(f"{path} is not valid JSON ({err})") from None
+    rows = load_json(path, "rerun the ranking run (run_papa_*.py --sort_calculating True) that writes it")
     if not isinstance(rows, list) or not all(
         isinstance(r, list) and len(r) == 2 and all(isinstance(x, int) for x in r) for r in rows
     ):

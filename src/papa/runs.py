@@ -28,7 +28,7 @@ from .conll import load_token_task
 from .console import progress_bar, quiet_trainer, stage
 from .data import load_sequence_task
 from .errors import PapaError
-from .io import atomic_path
+from .io import atomic_files, atomic_path
 from .metrics import trainer_metrics
 from .modeling import build_model, save_papa_model, set_trainable, training_mode
 from .outputs import checkpoint_to_resume, save_results, write_sequence_predictions, write_token_predictions
@@ -239,10 +239,10 @@ def train_and_save(trainer, tokenizer, mix, training_args, checkpoint=None):
     train_metrics = dict(result.metrics, train_samples=len(trainer.train_dataset))
     if trainer.is_world_process_zero():
         if training_args.save_total_limit != 0:
-            save_papa_model(model, output_dir)
-            tokenizer.save_pretrained(output_dir)
+            save_papa_model(model, output_dir, tokenizer)
         else:
-            model.config.save_pretrained(output_dir)
+            with atomic_files(output_dir) as tmp:
+                model.config.save_pretrained(tmp)
         if mix:
             save_ranking(lambdas_array(model), output_dir)
             stage(f"wrote lambdas.npy and sorted_heads.json to {output_dir}")

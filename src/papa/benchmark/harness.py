@@ -1,29 +1,20 @@
-"""The measuring: interleaved timing with medians, and peak memory in fresh child processes.
+"""The timing: interleaved rounds, medians and their intervals.
 
-Timing: every repetition runs every variant once, the order rotating, so drift in the machine's
-state hits all variants alike; medians (and the IQR) after warm-up. `sandwiched_times` also runs a
-reference before and after each variant, so each variant pairs with reference runs next to it.
+Every repetition runs every variant once, the order rotating, so drift in the machine's state hits
+all variants alike; medians (and the IQR) after warm-up. `sandwiched_times` also runs a reference
+before and after each variant, so each variant pairs with reference runs next to it.
 
 With --processes N the inference rounds run in N fresh child processes, one after another, and
-pool; `clustered_median_interval` then treats each process's rounds as one cluster.
-
-Peak memory: each measurement runs in a fresh process forked from a forkserver that has only
-imported the libraries; CPU: increase of ru_maxrss over the pass, CUDA: max_memory_allocated.
+pool; `clustered_median_interval` then treats each process's rounds as one cluster. (Peak memory:
+memory.py.)
 """
 
-import gc
 import math
-import os
 import random
-import resource
 import statistics
-import sys
 import time
 
 import torch
-
-from .workloads import (AVERAGING_VARIANTS, averaging_batches, load_config, load_encoder, quiet_transformers,
-                        touch_parameters, training_setup)
 
 
 def synchronize(device):
@@ -151,110 +142,3 @@ def clustered_median_interval(samples, clusters, level=0.95, resamples=2000, see
     medians.sort()
     tail = (1 - level) / 2
     return medians[int(tail * resamples)], medians[min(resamples - 1, int((1 - tail) * resamples))]
-
-
-def current_rss_mb():
-    with open("/proc/self/statm") as f:
-        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20
-
-
-def peak_rss_mb():
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # Linux: KiB
-
-
-def set_malloc_mmap_threshold(nbytes):
-    """glibc: serve allocations ≥ nbytes by mmap, so freed tensors leave the RSS at once.
-
-    A fixed threshold also switches off glibc's dynamic one, whose heap reuse otherwise makes
-    the RSS peak drift by tens of MB between runs (and creep with the number of batches) for
-    every variant alike. Returns whether it took effect.
-    """
-    if nbytes <= 0 or not sys.platform.startswith("linux"):
-        return False
-    try:
-        import ctypes
-
-        libc = ctypes.CDLL("libc.so.6")
-        return bool(libc.mallopt(-3, int(nbytes)))  # M_MMAP_THRESHOLD
-    except (OSError, AttributeError):
-        return False
-
-
-def measure_memory(args, job, config):
-    """Run one measurement in this (fresh) process and return its peak memory figures."""
-    cuda = str(args.device).startswith("cuda")
-    threshold = None if cuda else (args.malloc_mmap_threshold if set_malloc_mmap_threshold(args.malloc_mmap_threshold)
-                                   else None)
-    if job["kind"] == "averaging":
-        model = load_encoder(args, "eager", job.get("layers"))
-        batches = averaging_batches(config, job["batches"], args.batch_size, args.avg_seq_len)
-        run = lambda: AVERAGING_VARIANTS[job["variant"]](model, batches, args.avg_seq_len, args.device)  # noqa: E731
-    else:
-        model, _, step = training_setup(args, config, job["variant"], args.train_seq_len)
-
-        def run():
-            for _ in range(2):  # the second step runs with AdamW's state already allocated
-                step()
-    touch_parameters(model)
-    gc.collect()
-    if cuda:
-        torch.cuda.synchronize()
-        torch.cuda.reset_peak_memory_stats()
-        base = torch.cuda.memory_allocated()
-        run()
-        torch.cuda.synchronize()
-        return {"peak_increase_mb": (torch.cuda.max_memory_allocated() - base) / 2**20,
-                "memory_kind": "torch.cuda.max_memory_allocated − memory_allocated before the pass"}
-    rss_before, peak_before = current_rss_mb(), peak_rss_mb()
-    run()
-    peak_after = peak_rss_mb()
-    return {"peak_increase_mb": peak_after - peak_before, "rss_before_mb": rss_before,
-            "peak_rss_before_mb": peak_before, "peak_rss_after_mb": peak_after,
-            "memory_kind": "child process ru_maxrss increase over the pass",
-            "malloc_mmap_threshold": threshold}
-
-
-def _child_entry(args, job, queue):
-    try:
-        quiet_transformers()
-        torch.set_num_threads(args.threads or torch.get_num_threads())
-        config = load_config(args)
-        if job["kind"] == "inference":  # timing in a fresh process (--processes)
-            from .run import time_inference
-
-            queue.put(("ok", time_inference(args, config)))
-        else:
-            queue.put(("ok", measure_memory(args, job, config)))
-    except BaseException:  # noqa: BLE001 - reported to the parent
-        import traceback
-
-        queue.put(("error", traceback.format_exc()))
-
-
-_FORKSERVER = None
-
-
-def run_child(args, job):
-    """`measure_memory` (or, for job kind "inference", `run.time_inference`) in a fresh child process.
-
-    Children are forked from a forkserver that imported the benchmark's modules (torch,
-    transformers, papa) once but never ran a model, so each starts clean without paying the
-    imports again.
-    """
-    global _FORKSERVER
-    if _FORKSERVER is None:
-        import multiprocessing
-
-        _FORKSERVER = multiprocessing.get_context("forkserver")
-        _FORKSERVER.set_forkserver_preload(["torch", "transformers", "transformers.models.bert.modeling_bert",
-                                            "transformers.models.auto.modeling_auto", __name__])
-    queue = _FORKSERVER.Queue()
-    process = _FORKSERVER.Process(target=_child_entry, args=(args, job, queue))
-    process.start()
-    try:
-        status, payload = queue.get(timeout=1800)
-    finally:
-        process.join(timeout=60)
-    if status != "ok":
-        raise RuntimeError(f"benchmark child {job} failed:\n{payload}")
-    return payload

@@ -30,13 +30,15 @@ from dataclasses import dataclass, field
 
 import torch
 
+from .. import fork_server
 from ..attention import patch_model
 from ..errors import PapaError
 from ..io import save_json, save_text
 from ..modeling import default_model_path
 from .flops import FLOP_NOTE, flop_bound, percent_of_bound, time_weighted_bound
 from .harness import (clustered_median_interval, interleaved_times, median_interval, modelled_time_share, paired_ratios,
-                      run_child, sandwiched_times, summary)
+                      sandwiched_times, summary)
+from .memory import measure_memory
 from .pool import pool_runs, pooled_markdown
 from .report import goals, machine_info, markdown
 from .workloads import (AVERAGING_VARIANTS, FAMILY_CONFIGS, INFERENCE_VARIANTS, TRAINING_VARIANTS, averaging_batches,
@@ -108,6 +110,19 @@ class BenchmarkArguments:
             raise PapaError(f"--variants '{ranked[0]}' needs --sorted_heads (a ranking run's sorted_heads.json)")
 
 
+def _with_settings(function, args, *more):
+    """In a fresh child: the benchmark's settings (quiet transformers, --threads), then function(args, config, *more)."""
+    quiet_transformers()
+    torch.set_num_threads(args.threads or torch.get_num_threads())
+    return function(args, load_config(args), *more)
+
+
+def in_fresh_process(function, args, *more):
+    """`function(args, config, *more)` in a fresh child process (papa.fork_server): its own memory layout and
+    allocator state, no model run before it."""
+    return fork_server.call(_with_settings, function, args, *more)
+
+
 def time_inference(args, config):
     """Interleaved inference timings in this process: one dict per sequence length with the raw
     per-round seconds of every variant (`times`), the stock runs beside each (`beside`), the constant
@@ -169,7 +184,7 @@ def bench_inference(args, config):
         runs = []
         for index in range(args.processes):
             print(f"[bench] inference: process {index + 1} of {args.processes}", file=sys.stderr, flush=True)
-            runs.append(run_child(args, {"kind": "inference"}))
+            runs.append(in_fresh_process(time_inference, args))
         measured = _pool(runs)
     rows = []
     for measurement in measured:
@@ -240,7 +255,8 @@ def bench_averaging(args, config):
         ratios = paired_ratios(times[name], times[plain_name])  # variant time / plain time, per batch
         timing.append({"variant": name, **stats, "time_ratio_to_plain": stats["median_s"] / plain,
                        "paired_time_ratio_to_plain": statistics.median(ratios),
-                       "paired_time_ratio_ci95": median_interval(ratios)})
+                       "paired_time_ratio_ci95": median_interval(ratios),
+                       "seconds": times[name]})  # per batch, in the order run: the plain forward's beside it
     del model
     gc.collect()
     memory = []
@@ -250,7 +266,7 @@ def bench_averaging(args, config):
         print(f"[bench] averaging memory: {name}, {count} batches, {layers} layers (child process)", file=sys.stderr,
               flush=True)
         job = {"kind": "averaging", "variant": name, "batches": count, "layers": layers}
-        memory.append({"variant": name, "batches": count, "layers": layers, **run_child(args, job)})
+        memory.append({"variant": name, "batches": count, "layers": layers, **in_fresh_process(measure_memory, args, job)})
     return {"seq_len": T, "batches": N, "batch_size": args.batch_size, "timing": timing, "memory": memory}
 
 
@@ -269,7 +285,7 @@ def bench_training(args, config):
     rows = []
     for variant in TRAINING_VARIANTS:
         print(f"[bench] training memory: {variant} (child process)", file=sys.stderr, flush=True)
-        memory = run_child(args, {"kind": "training", "variant": variant})
+        memory = in_fresh_process(measure_memory, args, {"kind": "training", "variant": variant})
         rows.append({"variant": variant, "mode": TRAINING_VARIANTS[variant].mode or "full fine-tuning",
                      "trainable_parameters": trainable[variant], **summary(times[variant]), **memory})
     return {"seq_len": T, "batch_size": args.batch_size, "rows": rows}

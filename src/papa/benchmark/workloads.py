@@ -16,7 +16,7 @@ from transformers import AutoConfig, AutoModel, BertConfig
 from ..averaging import accumulate_attention
 from ..errors import PapaError
 from ..modeling import build_model, set_trainable
-from ..ranking import load_sorted_heads
+from ..ranking import first_k_heads, load_sorted_heads
 
 
 @dataclass(frozen=True)
@@ -110,26 +110,28 @@ def load_encoder(args, attn_implementation, num_layers=None):
     return model.to(args.device).eval()
 
 
-def first_k_heads(k, num_layers, num_heads):
-    """The first k heads in layer-major order, as [[layer, head], ...]."""
-    return [[i // num_heads, i % num_heads] for i in range(k)]
+def layer_major(num_layers, num_heads):
+    """Every head as [[layer, head], ...], layer by layer: a ranking whose first k fill whole layers."""
+    return [[layer, head] for layer in range(num_layers) for head in range(num_heads)]
 
 
-def every_other_head(k, num_layers, num_heads):
-    """k heads spread so that as many layers as possible mix both kinds: odd heads of each layer first."""
-    order = [[layer, head] for start in (1, 0) for layer in range(num_layers) for head in range(start, num_heads, 2)]
-    return order[:k]
+def every_other(num_layers, num_heads):
+    """Every head, spread so that the first k mix both kinds in as many layers as possible: odd heads of each
+    layer first."""
+    return [[layer, head] for start in (1, 0) for layer in range(num_layers) for head in range(start, num_heads, 2)]
 
 
 def chosen_heads(variant, k, num_layers, num_heads, sorted_heads=None):
-    """The k constant heads of an inference variant, as [[layer, head], ...]."""
+    """{layer: [heads]}: the k constant heads of an inference variant, the first k of its order of heads."""
     if variant.heads == "every other":
-        return every_other_head(k, num_layers, num_heads)
-    if variant.heads == "ranked":
+        order = every_other(num_layers, num_heads)
+    elif variant.heads == "ranked":
         if sorted_heads is None:
             raise PapaError("a ranked variant needs --sorted_heads (a sorted_heads.json of this model)")
-        return load_sorted_heads(sorted_heads, num_layers, num_heads)[:k]
-    return first_k_heads(k, num_layers, num_heads)
+        order = load_sorted_heads(sorted_heads, num_layers, num_heads)
+    else:
+        order = layer_major(num_layers, num_heads)
+    return first_k_heads(order, k, num_layers, num_heads)
 
 
 def random_constants(config, seq_len, seed=0):
@@ -233,7 +235,8 @@ def training_setup(args, config, variant, seq_len):
     constants, static = None, None
     if spec.mix or spec.constant_fraction:
         constants = random_constants(cfg, seq_len)
-        static = first_k_heads(int(spec.constant_fraction * L * H), L, H) if spec.constant_fraction else None
+        if spec.constant_fraction:
+            static = first_k_heads(layer_major(L, H), int(spec.constant_fraction * L * H), L, H)
     torch.manual_seed(0)
     checkpoint = None if args.tiny or args.model_type else args.model_name_or_path
     model = build_model("AutoModelForSequenceClassification", cfg, checkpoint,

@@ -13,12 +13,15 @@ is fixed here; `--task_name` (or, for data of your own, the files) is resolved o
 `papa.tasks.TaskSpec` (papa.custom.resolve_task), and passed down.
 """
 
+from .. import hugepages
 from ..console import setup_console
 from ..errors import run_cli
 
 
 def command(run, argv=None):
-    """Every command's entry: quiet the console (papa.console), run `run(argv)`, clean errors (papa.errors)."""
+    """Every command's entry: huge pages (papa.hugepages, before any model allocates; the user's own setting
+    kept), quiet the console (papa.console), run `run(argv)`, clean errors (papa.errors)."""
+    hugepages.enable()
     setup_console()
     return run_cli(run, argv)
 

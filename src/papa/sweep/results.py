@@ -12,11 +12,11 @@ prints as `-1.3% [-2.1, -0.4]*` (* the interval excludes 0).
 
 import csv
 import io
-import json
 import math
 import os
 from dataclasses import dataclass, field
 
+from ..errors import PapaError
 from ..io import load_json_object, save_text
 from .aggregate import add_intervals, merge_seeds, per_seed_rows
 from .controls import CONTROLS, run_folder
@@ -203,9 +203,8 @@ def stage_times(stages):
     times = []
     for stage in stages:
         try:
-            with open(os.path.join(stage.folder, STAMP)) as f:
-                seconds = json.load(f).get("seconds")
-        except (OSError, ValueError, AttributeError):
+            seconds = load_json_object(os.path.join(stage.folder, STAMP), "").get("seconds")
+        except PapaError:
             seconds = None
         times.append((stage.name, seconds))
     return times

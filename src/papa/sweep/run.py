@@ -8,7 +8,7 @@
     <output_dir>/tokenized/   each split tokenised once, shared by the stages (papa.tokenized_cache)
 
 Every stage runs in a process of its own, as `python -m papa.cli.<command>` (what a user would
-type) runs it: a fork of the fork server of papa.sweep.child, else a subprocess. So no torch state
+type) runs it: a fork of papa.fork_server, else a subprocess. So no torch state
 leaks from one stage to the next and the sweep works from any install.
 
 `--launcher local` / `slurm` (papa.sweep.launchers) run independent stages side by side, or each as a
@@ -295,7 +295,7 @@ def execute_sweep(prepared, launcher=None):
     start, env = begin_sweep(prepared)
     if launcher is None:
         if any(stage.why_not_done(stage.fingerprint(plan.output_dir)) for stage in prepared.stages):
-            start_fork_server()  # the stages' imports (papa.sweep.child), while the sweep writes its files
+            start_fork_server()  # the stages' imports (papa.fork_server), while the sweep writes its files
         for index, stage in enumerate(prepared.stages, 1):
             run_stage(stage, index, len(prepared.stages), plan.output_dir, env, verbose=prepared.args.verbose)
     else:

@@ -14,7 +14,6 @@ job; null otherwise), `host`, and `started` / `finished` (ISO-8601, UTC).
 """
 
 import hashlib
-import json
 import os
 import shutil
 import socket
@@ -24,7 +23,7 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 
 from ..errors import PapaError
-from ..io import save_json
+from ..io import load_json, save_json
 from .child import StageLine, run_logged
 
 STAMP = "stage.json"
@@ -81,9 +80,8 @@ class Stage:
             started = os.path.isdir(self.folder) and os.listdir(self.folder)
             return "unfinished earlier" if started else "new"
         try:
-            with open(stamp_path) as f:
-                stamp = json.load(f)
-        except (OSError, ValueError):
+            stamp = load_json(stamp_path, "")
+        except PapaError:
             return "unreadable stage.json"
         if fingerprint is None:
             return "an input file is missing"

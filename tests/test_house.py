@@ -1,0 +1,131 @@
+"""The repository kept in order: the flags reference is current, local links resolve, papa's imports
+have no circle, no module is over 400 lines, `import papa` changes nothing in the process."""
+
+import ast
+import importlib.util
+import re
+import subprocess
+import sys
+
+import pytest
+from conftest import REPO
+
+SRC = REPO / "src"
+MAX_LINES = 400
+
+
+def load(path):
+    """A script of the repository (docs/make_flags.py, .ci/check_links.py) as a module."""
+    spec = importlib.util.spec_from_file_location(path.stem, path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_flags_reference_is_current():
+    make_flags = load(REPO / "docs" / "make_flags.py")
+    current = (REPO / "docs" / "flags.md").read_text(encoding="utf-8")
+    assert current == make_flags.flags_markdown(), f"docs/flags.md is out of date: run `{make_flags.REGENERATE}`"
+
+
+@pytest.mark.slow
+def test_flags_reference_lists_every_flag_of_every_command():
+    """Checked against the commands' own --help, not against the generator's tables."""
+    flags = (REPO / "docs" / "flags.md").read_text(encoding="utf-8")
+    for script in ("run_papa_glue.py", "run_papa_glue_avgs_creator.py", "run_papa_sweep.py", "benchmark_papa.py"):
+        shown = subprocess.run([sys.executable, str(REPO / "papa_scripts" / script), "--help"], capture_output=True,
+                               text=True, check=True).stdout
+        names = set(re.findall(r"^  (--\w+)", shown, flags=re.MULTILINE))  # each option's line of --help
+        assert len(names) > 10, shown
+        missing = sorted(name for name in names if f"`{name}`" not in flags)
+        assert not missing, f"{script} --help shows flags docs/flags.md lacks: {missing}"
+
+
+def test_links_of_readme_and_docs_resolve():
+    check_links = load(REPO / ".ci" / "check_links.py")
+    assert check_links.main([str(REPO)]) == 0  # the broken ones are printed on stderr
+
+
+def test_link_checker_finds_what_is_broken(tmp_path):
+    check_links = load(REPO / ".ci" / "check_links.py")
+    (tmp_path / "docs").mkdir()
+    (tmp_path / "docs" / "flags.md").write_text("# Flags\n\n## The grid, in brief\n\n## The grid, in brief\n")
+    (tmp_path / "README.md").write_text(
+        "[ok](docs/flags.md) [ok](docs/flags.md#the-grid-in-brief-1) [ok](#readme) [web](https://example.org/x)\n"
+        "# README\n"
+        "[missing](docs/nope.md) ![figure](docs/grid/summary.png) [bad anchor](docs/flags.md#the-grid)\n"
+        "`[in code](nope.md)`\n```\n[in a block](nope.md)\n```\n[ref]: docs/gone.md\n")
+    assert [(n, target) for n, target, _ in check_links.broken_links(tmp_path / "README.md")] == [
+        (3, "docs/nope.md"), (3, "docs/grid/summary.png"), (3, "docs/flags.md#the-grid"), (8, "docs/gone.md")]
+    assert check_links.main([str(tmp_path)]) == 1
+
+
+def module_names():
+    for path in sorted(SRC.rglob("*.py")):
+        parts = path.relative_to(SRC).with_suffix("").parts
+        yield ".".join(parts[:-1] if parts[-1] == "__init__" else parts), path
+
+
+def imports(name, path, known):
+    """The papa modules `name` imports anywhere in it (also inside functions)."""
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Import):
+            found |= {alias.name for alias in node.names}
+        elif isinstance(node, ast.ImportFrom):
+            base = package
+            for _ in range(node.level - 1):
+                base = base.rpartition(".")[0]
+            target = ".".join(p for p in (base if node.level else "", node.module or "") if p)
+            found |= {f"{target}.{a.name}" if f"{target}.{a.name}" in known else target for a in node.names}
+    return {module for module in found if module in known and module != name}
+
+
+def import_circles(graph):
+    """Every circle a depth-first walk of `graph` ({module: imported modules}) meets, as [a, b, ..., a]."""
+    state, path, circles = {}, [], []
+
+    def visit(module):
+        state[module] = "open"
+        path.append(module)
+        for imported in sorted(graph[module]):
+            if state.get(imported) == "open":
+                circles.append(path[path.index(imported):] + [imported])
+            elif imported not in state:
+                visit(imported)
+        state[module] = "done"
+        path.pop()
+
+    for module in sorted(graph):
+        if module not in state:
+            visit(module)
+    return circles
+
+
+def test_no_import_circle():
+    known = dict(module_names())
+    graph = {name: imports(name, path, known) for name, path in known.items()}
+    assert graph["papa.benchmark.run"] >= {"papa.benchmark.harness", "papa.fork_server"}  # the walk sees imports
+    assert import_circles(graph) == []
+
+
+def test_import_circles_are_found():
+    assert import_circles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c", "a"]]
+    assert import_circles({"a": {"b"}, "b": set()}) == []
+
+
+def test_no_module_over_400_lines():
+    long = {str(path.relative_to(REPO)): n for path in [*SRC.rglob("*.py"), *(REPO / "tests").glob("*.py")]
+            if (n := len(path.read_text(encoding="utf-8").splitlines())) > MAX_LINES}
+    assert not long, f"modules over {MAX_LINES} lines (split them by concept): {long}"
+
+
+@pytest.mark.parametrize("module", ["papa", "papa.cli.sweep", "papa.benchmark.run"])
+def test_import_papa_changes_nothing_in_the_process(module):
+    """Environment and umask as they were (huge pages are asked for where a command starts: test_hugepages)."""
+    probe = ("import os; env = dict(os.environ); mask = os.umask(0o027); os.umask(mask)\n"
+             f"import {module}\n"
+             "assert dict(os.environ) == env, set(os.environ.items()) ^ set(env.items())\n"
+             "assert os.umask(0o022) == mask\n")
+    subprocess.run([sys.executable, "-c", probe], check=True)
