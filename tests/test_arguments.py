@@ -2,8 +2,8 @@
 
 import pytest
 
-from papa.arguments import (AveragingArguments, SweepArguments, parse_averaging_args, parse_sweep_args,
-                            parse_training_args)
+from papa.arguments import AveragingArguments, parse_averaging_args, parse_training_args
+from papa.sweep.arguments import SweepArguments, parse_sweep_args
 from papa.errors import PapaError
 
 

@@ -194,7 +194,7 @@ def test_custom_csv_through_the_sweep(tmp_path, tiny_bert, monkeypatch):
     """No --task_name, CSV files: every stage (run in-process here) reads the task off --train_file."""
     import importlib
 
-    from papa.arguments import parse_sweep_args
+    from papa.sweep.arguments import parse_sweep_args
     from papa.custom import resolve_task
     from papa.sweep import run_sweep, stages
 

@@ -17,7 +17,8 @@ from tiny_encoders import H, L, T, padded_batch, tiny_model
 from torch.testing import assert_close
 
 import papa
-from papa.arguments import parse_sweep_args, parse_training_args
+from papa.arguments import parse_training_args
+from papa.sweep.arguments import parse_sweep_args
 from papa.errors import PapaError
 from papa.ranking import load_sorted_heads, sorted_heads_from_lambdas
 from papa.sweep import controls

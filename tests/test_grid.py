@@ -19,7 +19,7 @@ import torch
 from conftest import TINY_SWEEP, run_command, script
 from test_sweep import assert_valid_png
 
-from papa.arguments import parse_sweep_args
+from papa.sweep.arguments import parse_sweep_args
 from papa.errors import PapaError
 from papa.sweep import run_grid
 from papa.sweep.grid import model_folder_name, resolve_data_dir

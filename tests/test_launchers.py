@@ -19,7 +19,7 @@ import pytest
 from cli_fixtures import tiny_bert  # noqa: F401 -- a fixture
 from conftest import REPO, run_command, script
 
-from papa.arguments import parse_sweep_args
+from papa.sweep.arguments import parse_sweep_args
 from papa.errors import PapaError
 from papa.sweep import run_grid
 from papa.sweep.launchers import schedule
@@ -213,6 +213,25 @@ def wait_for(path, proc, seconds=120):
         time.sleep(0.2)
 
 
+def rerun_waiting_for(argv, env, queued, stderr_path, seconds=600):
+    """The same command again: once it says it waits for each of the `queued` (held) jobs instead of submitting them
+    anew, release them; its CompletedProcess when it ends."""
+    with open(stderr_path, "w+") as stderr:
+        proc = subprocess.Popen([str(a) for a in argv], env=env, stdout=subprocess.PIPE, stderr=stderr, text=True)
+        lines, waiting = [], set()
+        for line in proc.stdout:
+            lines.append(line)
+            for task, job_id in queued.items():
+                if re.search(f"x {task}: 1/4 averaging attention over the {task} training set \\(T=16\\): already "
+                             f"pending as Slurm job {job_id} \\(submitted earlier\\), waiting for it", line):
+                    waiting.add(task)
+                    subprocess.run(["scontrol", "release", str(job_id)], check=True, capture_output=True)
+        proc.wait(timeout=seconds)
+        assert waiting == set(queued), "".join(lines)
+        stderr.seek(0)
+        return subprocess.CompletedProcess(argv, proc.returncode, "".join(lines), stderr.read())
+
+
 @pytest.mark.slow
 def test_slurm_grid_every_stage_a_job_resumed_after_a_killed_driver(slurm_cluster, inline_run, tiny_bert, tmp_path):  # noqa: F811
     """A grid (repeat, and CoLA with a broken train.tsv) whose driver is killed once its first jobs are queued; the
@@ -223,24 +242,25 @@ def test_slurm_grid_every_stage_a_job_resumed_after_a_killed_driver(slurm_cluste
     argv = script("run_papa_sweep.py") + ["--output_dir", out, "--model_name_or_path", tiny_bert, "--task_name",
                                           "repeat", "cola", "--data_dir", data, *SWEEP, "--launcher", "slurm"]
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1"}
-    # the first driver's jobs may start only 10 s after they are queued: still queued when it is killed
-    first = subprocess.Popen([str(a) for a in argv] + ["--slurm_additional_parameters", '{"begin": "now+10"}'],
+    # the first driver's jobs are held (pending until released): still queued when it is killed, however slow
+    # the machine is
+    first = subprocess.Popen([str(a) for a in argv] + ["--slurm_additional_parameters", '{"hold": true}'],
                              env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     jobs = out / "slurm" / "jobs"
     tracked = {task: jobs / f"{os.path.basename(tiny_bert)}__{task}__avgs.json" for task in ("repeat", "cola")}
-    for path in tracked.values():
-        wait_for(path, first)
-    first.send_signal(signal.SIGKILL)
-    first.communicate()
-    queued = {task: json.loads(path.read_text())["job_id"] for task, path in tracked.items()}
-
-    proc = run_command(argv, check=False)
+    queued = {}
+    try:
+        for path in tracked.values():
+            wait_for(path, first)
+        first.send_signal(signal.SIGKILL)
+        first.communicate()
+        queued = {task: json.loads(path.read_text())["job_id"] for task, path in tracked.items()}
+        proc = rerun_waiting_for(argv, env, queued, tmp_path / "second.err")
+    finally:
+        for job_id in queued.values():  # never leave a held job in the queue
+            subprocess.run(["scancel", str(job_id)], capture_output=True)
     assert proc.returncode == 2, proc.stdout[-3000:] + proc.stderr[-3000:]
     model = os.path.basename(tiny_bert)
-    for task in ("repeat", "cola"):  # pending, or running if the second driver took long to start
-        assert re.search(f"x {task}: 1/4 averaging attention over the {task} training set \\(T=16\\): already "
-                         f"(pending|running) as Slurm job {queued[task]} \\(submitted earlier\\), waiting for it",
-                         proc.stdout), proc.stdout
     assert "averaging attention over the repeat training set (T=16): queued as" not in proc.stdout
     # every stage of the repeat pair ran as a Slurm job of its own, the averages as the one the killed driver queued
     pair = out / model / "repeat"

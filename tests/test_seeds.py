@@ -7,7 +7,7 @@ import os
 import pytest
 from test_controls import flag, plan_and_stages
 
-from papa.arguments import parse_sweep_args
+from papa.sweep.arguments import parse_sweep_args
 from papa.errors import PapaError
 from papa.tasks import get_task
 

@@ -20,7 +20,7 @@ import torch
 from conftest import TINY_SWEEP, run_command, script
 
 from papa import plots
-from papa.arguments import parse_sweep_args
+from papa.sweep.arguments import parse_sweep_args
 from papa.errors import PapaError
 from papa.sweep import run_sweep
 from papa.sweep.child import StageLine, is_terminal, run_logged

@@ -2,13 +2,11 @@
 
 Every command parses dataclasses with HF's `HfArgumentParser`: the training scripts
 `ModelArguments`, `DataArguments` and HF's `TrainingArguments` (so every Trainer flag works), the
-averaging scripts `AveragingArguments`, the sweep `SweepArguments`. Booleans accept a bare flag or
+averaging scripts `AveragingArguments`, the sweep `SweepArguments` (papa/sweep/arguments.py). Booleans accept a bare flag or
 a value, and parse honestly: `false`, `False`, `0`, `no` are False. Each dataclass checks its own
 values in `__post_init__`; a bad flag or value is a `PapaError` (one `error:` line), not argparse's
 usage dump. As in HF's example scripts, a single argument ending in `.json` is a file of arguments
 (`{"task_name": "cola", "do_train": true, ...}`).
-
-(Over 350 lines on purpose: it is the one place that lists every flag of every command, with its help.)
 """
 
 import argparse
@@ -243,127 +241,6 @@ class UnusedAveragingArguments:
                             "repository but never pushed to it); drop it and upload --output_dir with `hf upload`")
 
 
-@dataclass
-class SweepArguments:
-    """papa-sweep / run_papa_sweep.py. None means the task's default (papa.sweep.defaults)."""
-
-    # one value, or several: a grid of every model x task (task_names / model_names list them either way)
-    model_name_or_path: str | None = field(default=None, metadata={
-        "nargs": "+", "help": "Encoder(s) of any supported family (hub name or folder); several run a grid. "
-                              "Default: the bundled all-MiniLM-L6-v2 (6 x 12 heads)."})
-    task_name: str | None = field(default=None, metadata={
-        "nargs": "+", "help": "GLUE task (cola sst2 mrpc qqp stsb mnli qnli rte wnli), token task (ner pos chunk), "
-                              "or the built-in synthetic 'repeat' (default; needs no data); several run a grid. "
-                              "Omit it with --train_file/--validation_file (CSV/JSON with a 'label' column) for "
-                              "your own sequence task."})
-    data_dir: str | None = field(default=None, metadata={
-        "help": "Folder with the task's files (GLUE train.tsv/dev.tsv, CoNLL train.txt/valid.txt), or a root holding "
-                "one folder per task under its official name (CoLA, SST-2, ..., conll2003), directly or one level "
-                "down (e.g. ../shared/data)."})
-    controls: list[str] | None = field(default=None, metadata={
-        "choices": SWEEP_CONTROLS, "help": "Control runs beside PAPA at the same k: uniform (constant heads attend "
-                                           "equally to every real token), random_order (heads taken in a seeded "
-                                           "random order, not the ranking), mean_output (heads output their "
-                                           "training-set mean)."})
-    train_file: str | None = field(default=None, metadata={"help": "Training file, passed to every stage."})
-    validation_file: str | None = field(default=None, metadata={"help": "Validation file, passed to the training runs."})
-    output_dir: str | None = field(default=None, metadata={
-        "help": "Where the stages and results go. Default: outputs/papa_sweep_<task>."})
-    static_heads_nums: list[int] | None = field(default=None, metadata={
-        "help": "Numbers of constant heads to probe. Default: 0, 1/2, 7/8, 15/16 and all of the model's heads "
-                "(0 36 63 68 72 for MiniLM, 0 72 126 135 144 for BERT-base).", "metavar": "K"})
-    num_train_epochs: float | None = field(default=None, metadata={"help": "Epochs of each probing run (task default)."})
-    sort_num_train_epochs: float | None = field(default=None, metadata={
-        "help": "Epochs of the ranking run (default: 1 for repeat, --num_train_epochs for other tasks)."})
-    learning_rate: float | None = field(default=None, metadata={
-        "help": "Learning rate (constant schedule) of the training runs (task default)."})
-    per_device_train_batch_size: int | None = field(default=None, metadata={"help": "Training batch size (task default)."})
-    max_seq_length: int | None = field(default=None, metadata={
-        "help": "Sequence length T of avgs.pt and of every run (task default)."})
-    max_train_samples: int | None = field(default=None, metadata={
-        "help": "Use only the first N training examples (for the averages too)."})
-    max_eval_samples: int | None = field(default=None, metadata={"help": "Evaluate on the first N validation examples only."})
-    seed: int = field(default=42, metadata={"help": "Random seed of every stage (of the averaging pass and the "
-                                                     "random_order control's order with --seeds)."})
-    seeds: list[int] | None = field(default=None, metadata={
-        "help": "Run every probing stage once per seed, in k_<k>_seed_<s>/ (controls alike); results.csv then has "
-                "the mean over seeds, their std and intervals over seeds and examples. Default: --seed alone, in "
-                "k_<k>/. Append seeds to a finished sweep to run only the new ones.", "metavar": "S"})
-    rank_per_seed: bool = field(default=False, metadata={
-        "help": "With --seeds: a ranking run per seed (sort_seed_<s>/), each seed probed with its own ranking. "
-                "Default: one ranking run, with the first seed."})
-    bootstrap_samples: int = field(default=1000, metadata={
-        "help": "Resamples of the paired bootstrap behind each change's 95% interval (seeded: the same "
-                "predictions give the same results.csv)."})
-    cache_dir: str | None = field(default=None, metadata={"help": "Hub cache folder, passed to every stage."})
-    extra_args: str = field(default="", metadata={
-        "help": "More flags for the training runs, as one string: --extra_args=\"--weight_decay 0.01\" (with '='). "
-                "Flags the sweep does not know are passed the same way, after its own, so they override its defaults."})
-    verbose: bool = field(default=False, metadata={
-        "help": "Also show each stage's full output (it always goes to <stage>/log.txt)."})
-    # how the stages run (papa.sweep.launchers); docs/scale_out.md
-    launcher: str = field(default="inline", metadata={
-        "choices": ["inline", "local", "slurm"],
-        "help": "inline: one stage at a time (default); local: up to --max_parallel stages at once on this machine; "
-                "slurm: every stage one Slurm job (submitit). A stage starts when the stages it reads from are done."})
-    max_parallel: int | None = field(default=None, metadata={
-        "help": "--launcher local: at most N stages at once (default 1; with GPUs, also at most GPUs / "
-                "--gpus_per_stage)."})
-    cpus_per_stage: int | None = field(default=None, metadata={
-        "help": "--launcher local: threads of each stage on CPU (default: the cores / --max_parallel)."})
-    gpus_per_stage: int | None = field(default=None, metadata={
-        "help": "--launcher local: GPUs of each stage, its own (CUDA_VISIBLE_DEVICES; default 1 when GPUs are visible)."})
-    slurm_partition: str | None = field(default=None, metadata={
-        "help": "--launcher slurm: the partition (default: the cluster's default)."})
-    slurm_time_min: int | None = field(default=None, metadata={
-        "help": "--launcher slurm: time limit of each stage's job, in minutes (default 60)."})
-    slurm_cpus_per_stage: int | None = field(default=None, metadata={
-        "help": "--launcher slurm: CPUs of each stage's job (default: --nproc_per_node)."})
-    slurm_gpus_per_stage: int | None = field(default=None, metadata={
-        "help": "--launcher slurm: GPUs of each stage's job (default 0: give 1, or --nproc_per_node, on a GPU cluster)."})
-    slurm_mem_gb: float | None = field(default=None, metadata={
-        "help": "--launcher slurm: memory of each stage's job in GB (default: the partition's)."})
-    slurm_array_parallelism: int | None = field(default=None, metadata={
-        "help": "--launcher slurm: at most N stage jobs queued or running at once (default: no limit)."})
-    slurm_additional_parameters: str | None = field(default=None, metadata={
-        "help": "--launcher slurm: more sbatch options as a JSON object, passed to submitit, e.g. "
-                "'{\"account\": \"my_lab\", \"qos\": \"normal\"}'."})
-    nproc_per_node: int = field(default=1, metadata={
-        "help": "--launcher local or slurm: run each stage data-parallel as N processes under torchrun."})
-
-    def __post_init__(self):
-        if self.task_name is None and self.train_file is None and self.validation_file is None:
-            self.task_name = "repeat"  # nothing to read: the built-in task
-        for flag in ("num_train_epochs", "sort_num_train_epochs", "learning_rate", "per_device_train_batch_size",
-                     "max_seq_length", "max_train_samples", "max_eval_samples"):
-            check_positive(getattr(self, flag), f"--{flag}")
-        if self.static_heads_nums is not None and not self.static_heads_nums:
-            raise PapaError("--static_heads_nums needs at least one value")
-        check_positive(self.bootstrap_samples, "--bootstrap_samples")
-        if self.seeds is not None:
-            if not self.seeds:
-                raise PapaError("--seeds needs at least one value")
-            self.seeds = list(dict.fromkeys(self.seeds))
-        if self.rank_per_seed and self.seeds is None:
-            raise PapaError("--rank_per_seed ranks per seed of --seeds: add --seeds S1 S2 ... or drop it")
-        # a single value stays a plain string, as before the grid existed
-        for name in ("task_name", "model_name_or_path"):
-            value = getattr(self, name)
-            if isinstance(value, (list, tuple)):
-                setattr(self, name, value[0] if len(value) == 1 else list(dict.fromkeys(value)))
-        self.controls = list(dict.fromkeys(self.controls or []))
-
-    @property
-    def task_names(self):
-        """The tasks asked for; [None] means a task of your own read off --train_file (papa.custom)."""
-        return list(self.task_name) if isinstance(self.task_name, list) else [self.task_name]
-
-    @property
-    def model_names(self):
-        """The models asked for; [None] means the bundled MiniLM."""
-        return list(self.model_name_or_path) if isinstance(self.model_name_or_path, list) else [self.model_name_or_path]
-
-
 def json_to_argv(path):
     """The command line a JSON file of arguments stands for: {"do_train": true, "ks": [0, 72]} -> --do_train true --ks 0 72."""
     values = load_json_object(path, 'an arguments file holds one JSON object, {"flag": value, ...}')
@@ -404,11 +281,3 @@ def parse_training_args(argv):
 def parse_averaging_args(argv):
     """AveragingArguments from the command line (the original's training-loop flags accepted, without effect)."""
     return parse_dataclasses((AveragingArguments, UnusedAveragingArguments), argv)[0]
-
-
-def parse_sweep_args(argv, **parser_kwargs):
-    """(SweepArguments, the flags it does not know: for the training runs)."""
-    args, passthrough = parse_dataclasses(SweepArguments, argv, remaining=True, allow_abbrev=False, **parser_kwargs)
-    if passthrough and not passthrough[0].startswith("-"):
-        raise PapaError(f"unexpected argument {passthrough[0]!r} (flags the sweep does not know must start with --)")
-    return args, passthrough

@@ -61,6 +61,12 @@ class BenchmarkArguments:
         "help": "sorted_heads.json of this model (a ranking run's output): adds the 'ranked' inference variants, "
                 "whose constant heads spread over the layers as the sweep's do"})
     device: str = field(default="cpu", metadata={"choices": ["cpu", "cuda"], "help": "where to run"})
+    dtype: str = field(default="fp32", metadata={
+        "choices": ["fp32", "fp16", "bf16"],
+        "help": "inference: the stock and the PAPA models cast to this precision (the FLOP bounds do not change)"})
+    compile: bool = field(default=False, metadata={
+        "help": "inference: every model, stock and PAPA, through torch.compile(fullgraph=True) (compiled during "
+                "the warm-up rounds), so compiled PAPA is timed against compiled stock"})
     threads: int | None = field(default=None, metadata={
         "help": "torch CPU threads (default: torch's choice). On a shared machine use fewer threads than idle "
                 "cores: an intra-op thread that loses its core stalls every parallel region"})
@@ -110,6 +116,9 @@ class BenchmarkArguments:
             raise PapaError(f"--variants '{ranked[0]}' needs --sorted_heads (a ranking run's sorted_heads.json)")
 
 
+DTYPES = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
+
+
 def _with_settings(function, args, *more):
     """In a fresh child: the benchmark's settings (quiet transformers, --threads), then function(args, config, *more)."""
     quiet_transformers()
@@ -128,7 +137,7 @@ def time_inference(args, config):
     per-round seconds of every variant (`times`), the stock runs beside each (`beside`), the constant
     heads of each and the stock forward's modelled time share (profiler)."""
     L, H = config.num_hidden_layers, config.num_attention_heads
-    stock = load_encoder(args, stock_implementation(config))
+    stock = load_encoder(args, stock_implementation(config)).to(DTYPES[args.dtype])
     variants = {name: v for name, v in INFERENCE_VARIANTS.items()
                 if (v.heads != "ranked" or args.sorted_heads) and (args.variants is None or name in args.variants)}
     measured = []
@@ -144,6 +153,10 @@ def time_inference(args, config):
             models[f"PAPA, {label}"] = model.eval()
             heads[f"PAPA, {label}"] = k
 
+        if args.compile:  # each variant its own graph; the warm-up rounds compile them
+            torch._dynamo.reset()
+            models = {name: torch.compile(m, fullgraph=True, dynamic=False) for name, m in models.items()}
+
         def runner(model):
             def run():
                 with torch.inference_mode():
@@ -153,7 +166,8 @@ def time_inference(args, config):
         print(f"[bench] inference T={T}: {len(models)} variants x {args.repeats} rounds", file=sys.stderr, flush=True)
         times, beside = sandwiched_times({name: runner(m) for name, m in models.items()}, "stock", args.repeats,
                                          args.warmup, args.device)
-        modelled = None if str(args.device).startswith("cuda") else modelled_time_share(runner(stock))
+        profiled = not (str(args.device).startswith("cuda") or args.compile or args.dtype != "fp32")
+        modelled = modelled_time_share(runner(stock)) if profiled else None  # the time-weighted bound: eager fp32 CPU
         measured.append({"seq_len": T, "times": times, "beside": beside, "heads": heads, "modelled": modelled})
         del models
         gc.collect()

@@ -4,7 +4,7 @@ from . import command
 
 
 def run(argv):
-    from ..arguments import parse_sweep_args
+    from ..sweep.arguments import parse_sweep_args
     from ..sweep import run_grid
     from ..sweep.defaults import epilog
 

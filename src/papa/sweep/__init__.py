@@ -1,5 +1,6 @@
 """The whole PAPA method for one model and task, resumable: averages → head ranking → probing for each k.
 
+    arguments.py the sweep's flags (SweepArguments)
     defaults.py  hyper-parameters per task, which k to probe, the flags the sweep owns
     stages.py    a stage: its command, its stamp and fingerprint (resuming), running it
     child.py     a stage's process: log.txt, its progress line, the tail of a failure
