@@ -1,0 +1,63 @@
+"""Tiny random decoders of every supported decoder family, and right-padded batches for them.
+
+Each config exercises what its family adds: grouped keys/values (4 query heads read 2 K/V heads) and
+rotary embeddings everywhere but GPT-2; a sliding window shorter than T (Mistral on every layer, Qwen2 on
+its upper layers, Gemma2 on alternate layers); Qwen3's per-head q/k norms; Gemma2's attention-logit
+soft-capping (small, so it bends the logits) and query_pre_attn_scalar ≠ head_dim; GPT-2's fused c_attn.
+"""
+
+import torch
+import transformers
+from transformers import GPT2Config, Gemma2Config, LlamaConfig, MistralConfig, Qwen2Config, Qwen3Config
+
+L, H, KV, D_HEAD, HIDDEN, T, PAD = 3, 4, 2, 8, 32, 12, 0
+ROPE = dict(num_hidden_layers=L, num_attention_heads=H, num_key_value_heads=KV, head_dim=D_HEAD, hidden_size=HIDDEN,
+            intermediate_size=48, max_position_embeddings=64, pad_token_id=PAD, bos_token_id=1, eos_token_id=2,
+            attention_dropout=0.1)
+
+
+def _configs(vocab_size):
+    common = dict(ROPE, vocab_size=vocab_size)
+    return {
+        "llama": LlamaConfig(**common, attention_bias=True),
+        "mistral": MistralConfig(**common, sliding_window=4),
+        "qwen2": Qwen2Config(**common, use_sliding_window=True, sliding_window=5, max_window_layers=1),
+        "qwen3": Qwen3Config(**common),
+        "gemma2": Gemma2Config(**common, sliding_window=4, attn_logit_softcapping=2.0, query_pre_attn_scalar=12,
+                               final_logit_softcapping=None),
+        "gpt2": GPT2Config(vocab_size=vocab_size, n_positions=64, n_embd=HIDDEN, n_layer=L, n_head=H, n_inner=48,
+                           pad_token_id=PAD, bos_token_id=1, eos_token_id=2, attn_pdrop=0.1, resid_pdrop=0.1,
+                           embd_pdrop=0.1),
+    }
+
+
+DECODER_NAMES = tuple(_configs(120))
+SDPA_DECODERS = [n for n in DECODER_NAMES if n != "gemma2"]  # stock sdpa refuses Gemma2's soft-capping
+
+
+def tiny_decoder_config(name, impl="eager", vocab_size=120, num_labels=3):
+    config = _configs(vocab_size)[name]
+    config.num_labels = num_labels
+    config._attn_implementation = impl
+    return config
+
+
+def tiny_decoder(name, impl="eager", head="causal", seed=0, vocab_size=120):
+    """A random tiny decoder: head "causal" (LM), "sequence" (last-token classifier), "token" or "base", eval mode."""
+    config = tiny_decoder_config(name, impl, vocab_size)
+    prefix = type(config).__name__.replace("Config", "")
+    suffix = {"causal": "LMHeadModel" if name == "gpt2" else "ForCausalLM", "sequence": "ForSequenceClassification",
+              "token": "ForTokenClassification", "base": "Model"}[head]
+    torch.manual_seed(seed)
+    return getattr(transformers, prefix + suffix)(config).eval()
+
+
+def right_padded_batch(seed=2, lengths=(T, 7, 3), vocab_size=120):
+    """(input_ids, attention_mask): examples of the given lengths, right-padded to T with the pad id."""
+    g = torch.Generator().manual_seed(seed)
+    ids = torch.randint(5, vocab_size, (len(lengths), T), generator=g)
+    mask = torch.zeros(len(lengths), T, dtype=torch.long)
+    for b, n in enumerate(lengths):
+        mask[b, :n] = 1
+    ids[mask == 0] = PAD
+    return ids, mask
