@@ -364,10 +364,11 @@ def test_deberta_talking_head_is_a_clear_error():
 
 
 def test_unsupported_model_lists_the_supported_types():
-    from transformers import GPT2Config, GPT2Model
+    from transformers import OPTConfig, OPTModel
 
     with pytest.raises(PapaError, match="deberta-v2.*modernbert|modernbert.*deberta"):
-        papa.patch_model(GPT2Model(GPT2Config(n_layer=1, n_head=2, n_embd=8)), random_constants())
+        papa.patch_model(OPTModel(OPTConfig(num_hidden_layers=1, num_attention_heads=2, hidden_size=8, ffn_dim=8,
+                                            word_embed_proj_dim=8)), random_constants())
 
 
 @pytest.mark.parametrize("name", FAMILY_NAMES)

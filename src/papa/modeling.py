@@ -95,7 +95,13 @@ def save_papa_model(model, output_dir):
     papa.setdefault("model_class", type(model).__name__)  # a patched HF model saved as it is
     model.config.papa = papa
     model.config.save_pretrained(output_dir)
-    state = {name: tensor.detach().contiguous().cpu() for name, tensor in model.state_dict().items()}
+    state, seen = {}, set()
+    for name, tensor in model.state_dict().items():
+        tensor = tensor.detach().contiguous().cpu()
+        if tensor.data_ptr() in seen:  # tied weights (a decoder's LM head and embeddings): safetensors wants copies
+            tensor = tensor.clone()
+        seen.add(tensor.data_ptr())
+        state[name] = tensor
     with atomic_path(os.path.join(output_dir, WEIGHTS_NAME)) as tmp:
         save_file(state, tmp, metadata={"format": "pt"})
 

@@ -1,0 +1,446 @@
+"""Every decoder family against stock transformers and against an independent numpy computation.
+
+For GPT-2, Llama, Mistral, Qwen2, Qwen3 and Gemma2 on tiny random models (grouped K/V, rotary, sliding
+windows, q/k norms, soft-capping; tests/tiny_decoders.py) and right-padded batches: 0 replaced heads =
+stock (eager and sdpa); one layer's probabilities and output recomputed head by head in numpy from the
+unpruned stock weights (replace and mix mode); fast path = probabilities path (outputs and gradients);
+λ → ±∞ limits; the exact attention of an example as constants reproduces the stock model on it; a
+constant head attends exactly where the stock heads may (causal band × window); pruned parameter counts
+(a K/V group's keys only when all its query heads are constant); save/reload; the clear errors.
+"""
+
+import copy
+import math
+
+import numpy as np
+import pytest
+import torch
+from torch.testing import assert_close
+
+import papa
+from papa.encoders import attention_modules
+from papa.errors import PapaError
+from tiny_decoders import (D_HEAD, DECODER_NAMES, HIDDEN, KV, SDPA_DECODERS, H, L, T, right_padded_batch,
+                           tiny_decoder, tiny_decoder_config)
+
+GROUP = H // KV  # query heads per K/V head (GPT-2: no grouping)
+WINDOWS = {"mistral": {0: 4, 1: 4, 2: 4}, "qwen2": {1: 5, 2: 5}, "gemma2": {0: 4, 2: 4}}  # from the configs
+
+
+def random_constants(seed=1):
+    return torch.rand(L, H, T, T, generator=torch.Generator().manual_seed(seed))
+
+
+def all_heads():
+    return [[layer, head] for layer in range(L) for head in range(H)]
+
+
+def run(model, ids, mask, **kwargs):
+    with torch.no_grad():
+        return model(input_ids=ids, attention_mask=mask, **kwargs)
+
+
+def np_(t):
+    return t.detach().double().numpy().copy()
+
+
+def band_of(name, layer):
+    """Where query i may attend key j: j ≤ i, and i − j < window in a sliding-window layer."""
+    i, j = np.arange(T)[:, None], np.arange(T)[None, :]
+    window = WINDOWS.get(name, {}).get(layer)
+    return ((j <= i) & ((i - j) < window if window else True)).astype(float)
+
+
+def softmax_rows(scores, allowed):
+    """Row softmax over allowed keys; a row with none allowed (a padded query whose window holds no real key)
+    is uniform, as the stock eager kernel's all-finfo.min row is."""
+    out = np.zeros_like(scores)
+    for i in range(scores.shape[0]):
+        if not allowed[i].any():
+            out[i] = 1.0 / scores.shape[1]
+            continue
+        row = np.where(allowed[i], scores[i], -np.inf)
+        e = np.exp(row - row.max())
+        out[i] = e / e.sum()
+    return out
+
+
+def numpy_norm(x, valid, band=None):
+    """norm(X·P), P = m mᵀ (⊙ band), by a plain per-row loop."""
+    x = np.asarray(x, dtype=np.float64) * np.outer(valid, valid) * (1.0 if band is None else band)
+    return np.stack([row / max(np.abs(row).sum(), 1e-12) for row in x])
+
+
+def reference_layer(name, a, x, valid, rotary, layer):
+    """Stock probabilities (H, T, T) and per-query-head values (T, H, d) of one example's layer, from the
+    unpruned weights: GQA by h // GROUP, rotary as rotate-half, q/k RMS norms, scaling, soft-capping, window."""
+    if name == "gpt2":
+        qkv = x @ np_(a.c_attn.weight) + np_(a.c_attn.bias)  # Conv1D: (in, out)
+        q, k, v = (qkv[:, i * HIDDEN:(i + 1) * HIDDEN].reshape(T, H, D_HEAD) for i in range(3))
+        group, scale = 1, D_HEAD ** -0.5
+    else:
+        lin = lambda m: x @ np_(m.weight).T + (np_(m.bias) if m.bias is not None else 0)
+        q, k, v = lin(a.q_proj).reshape(T, H, D_HEAD), lin(a.k_proj).reshape(T, KV, D_HEAD), lin(a.v_proj)
+        v = v.reshape(T, KV, D_HEAD)
+        if name == "qwen3":
+            rms = lambda z, norm: z / np.sqrt((z ** 2).mean(-1, keepdims=True) + norm.variance_epsilon) * np_(norm.weight)
+            q, k = rms(q, a.q_norm), rms(k, a.k_norm)
+        cos, sin = (np_(t)[0][:, None, :] for t in rotary)  # (T, 1, d)
+        rotate = lambda z: z * cos + np.concatenate([-z[..., D_HEAD // 2:], z[..., :D_HEAD // 2]], -1) * sin
+        q, k = rotate(q), rotate(k)
+        group, scale = GROUP, (12 ** -0.5 if name == "gemma2" else D_HEAD ** -0.5)  # query_pre_attn_scalar=12
+    band = band_of(name, layer)
+    allowed = (band * valid[None, :]) > 0
+    probs = []
+    for h in range(H):
+        scores = q[:, h] @ k[:, h // group].T * scale
+        if name == "gemma2":
+            scores = np.tanh(scores / 2.0) * 2.0  # attn_logit_softcapping=2
+        probs.append(softmax_rows(scores, allowed))
+    values = np.stack([v[:, h // group] for h in range(H)], axis=1)  # (T, H, d)
+    return np.stack(probs), values, band
+
+
+def output_projection(name, a, context):
+    """The stock module's output from the heads' concatenated outputs (T, H·d), in the stock head order."""
+    if name == "gpt2":
+        return context @ np_(a.c_proj.weight) + np_(a.c_proj.bias)
+    return context @ np_(a.o_proj.weight).T + (np_(a.o_proj.bias) if a.o_proj.bias is not None else 0)
+
+
+def capture_layer(model, layer_index):
+    module = attention_modules(model)[layer_index]
+    captured = {}
+
+    def hook(mod, args, kwargs, output):
+        captured["x"] = args[0] if args else kwargs["hidden_states"]
+        captured["output"] = output
+        captured["rotary"] = kwargs.get("position_embeddings")
+
+    module.register_forward_hook(hook, with_kwargs=True)
+    return captured
+
+
+def randomise_norms(model):
+    """Qwen3's q/k norm weights start at 1; make them matter."""
+    g = torch.Generator().manual_seed(3)
+    with torch.no_grad():
+        for name, param in model.named_parameters():
+            if "q_norm" in name or "k_norm" in name:
+                param.copy_(0.5 + torch.rand(param.shape, generator=g))
+
+
+# ----------------------------------------------------------------------------- tests
+
+
+@pytest.mark.parametrize("name", DECODER_NAMES)
+def test_zero_replaced_heads_equals_stock(name):
+    for lengths in [(T, 7, 3), (T, T)]:  # padded, and unpadded (sdpa then gets no mask: is_causal)
+        ids, mask = right_padded_batch(lengths=lengths)
+        for impl in ["eager"] + (["sdpa"] if name in SDPA_DECODERS else []):
+            stock = tiny_decoder(name, impl)
+            patched = papa.patch_model(copy.deepcopy(stock), random_constants())
+            assert_close(run(patched, ids, mask).logits, run(stock, ids, mask, use_cache=False).logits,
+                         rtol=1e-5, atol=1e-6)
+            got = run(patched, ids, mask, output_attentions=True).attentions
+            want = run(tiny_decoder(name, "eager"), ids, mask, output_attentions=True, use_cache=False).attentions
+            assert len(got) == L
+            for g, w in zip(got, want):
+                assert_close(g, w, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("name", DECODER_NAMES)
+@pytest.mark.parametrize("mode", ["replace", "mix"])
+@pytest.mark.parametrize("layer_index", [1, 2])
+def test_layer_against_independent_numpy(name, mode, layer_index):
+    """One layer's attentions and output, recomputed head by head from the unpruned stock weights."""
+    model = tiny_decoder(name, "eager", head="base")
+    randomise_norms(model)
+    stock_attention = copy.deepcopy(attention_modules(model)[layer_index])
+    constants = random_constants()
+    static = {layer_index: [0, 1, 3]}  # heads 0 and 1 form K/V group 0: its keys are pruned
+    lam = np.array([0.5, -1.0, 2.0, 0.0])
+    if mode == "mix":
+        papa.patch_model(model, constants, mix_all_heads=True)
+        with torch.no_grad():
+            attention_modules(model)[layer_index].lambdas.copy_(torch.tensor(lam))
+    else:
+        papa.patch_model(model, constants, static_heads=static)
+    captured = capture_layer(model, layer_index)
+    ids, mask = right_padded_batch()
+    with torch.no_grad():
+        model(input_ids=ids, attention_mask=mask, output_attentions=True)
+    output, probs = captured["output"]
+    for b in range(ids.shape[0]):
+        valid = mask[b].numpy().astype(np.float64)
+        stock_probs, v, band = reference_layer(name, stock_attention, np_(captured["x"][b]), valid,
+                                               captured["rotary"], layer_index)
+        expected = np.zeros_like(stock_probs)
+        for h in range(H):
+            const = numpy_norm(constants[layer_index, h].numpy(), valid, band)
+            if mode == "mix":
+                weight = 1 / (1 + np.exp(-lam[h]))
+                expected[h] = weight * stock_probs[h] + (1 - weight) * const
+            elif h in static[layer_index]:
+                expected[h] = const
+            else:  # dynamic heads of a layer with constants: padded query rows zeroed
+                expected[h] = numpy_norm(stock_probs[h], valid)
+        real = valid > 0
+        assert np.triu(probs[b][:, real].numpy(), 1).max() == 0  # real queries never attend to the future
+        if mode == "mix":  # padded query rows keep the stock softmax: compare real rows only
+            np.testing.assert_allclose(probs[b][:, real].numpy(), expected[:, real], rtol=1e-5, atol=1e-6)
+        else:
+            np.testing.assert_allclose(probs[b].numpy(), expected, rtol=1e-5, atol=1e-6)
+        context = np.einsum("hij,jhd->ihd", expected, v).reshape(T, H * D_HEAD)  # stock head order
+        want = output_projection(name, stock_attention, context)
+        np.testing.assert_allclose(output[b].numpy()[real], want[real], rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("name", DECODER_NAMES)
+@pytest.mark.parametrize("heads", ["some", "all", "mix"])
+def test_fast_path_equals_probabilities_path_with_gradients(name, heads):
+    impl = "sdpa" if name in SDPA_DECODERS else "eager"
+    model = tiny_decoder(name, impl)
+    if heads == "mix":
+        papa.patch_model(model, random_constants(), mix_all_heads=True)
+        with torch.no_grad():
+            for i, module in enumerate(attention_modules(model)):
+                module.lambdas.copy_(torch.linspace(-2, 2, H) * (i + 1))
+    else:
+        static = all_heads() if heads == "all" else [[0, 1], [2, 0], [2, 3], [1, 2], [1, 0], [1, 1]]
+        papa.patch_model(model, random_constants(), static_heads=static)
+    ids, mask = right_padded_batch()
+    fast = model(input_ids=ids, attention_mask=mask)  # eval mode: no dropout, autograd on
+    slow = model(input_ids=ids, attention_mask=mask, output_attentions=True)
+    assert slow.attentions is not None and len(slow.attentions) == L
+    real = mask > 0
+    assert_close(fast.logits[real], slow.logits[real], rtol=1e-5, atol=1e-5)
+    fast.logits[real].sum().backward()
+    fast_grads = {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
+    model.zero_grad()
+    slow.logits[real].sum().backward()
+    for n, p in model.named_parameters():
+        if p.grad is not None:  # float32 sums of gradients up to ~10³ (Gemma2 scales its embeddings by √hidden)
+            assert_close(fast_grads[n], p.grad, rtol=1e-4, atol=1e-5 * max(1.0, p.grad.abs().max().item()))
+
+
+@pytest.mark.parametrize("name", DECODER_NAMES)
+def test_mix_limits(name):
+    ids, mask = right_padded_batch()
+    stock = tiny_decoder(name)
+    mixed = papa.patch_model(copy.deepcopy(stock), random_constants(), mix_all_heads=True)
+    constant = papa.patch_model(copy.deepcopy(stock), random_constants(), static_heads=all_heads())
+    real = mask > 0
+    for big, reference in [(50.0, stock), (-50.0, constant)]:
+        with torch.no_grad():
+            for module in attention_modules(mixed):
+                module.lambdas.fill_(big)
+        assert_close(run(mixed, ids, mask).logits[real], run(reference, ids, mask, use_cache=False).logits[real],
+                     rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("name", DECODER_NAMES)
+def test_exact_attention_as_constants_reproduces_the_example(name):
+    """With every head constant and C = the stock attention of one example, the model is the stock
+    model on that example (padded or not: real positions agree)."""
+    stock = tiny_decoder(name)
+    for lengths in [(T,), (8,)]:
+        ids, mask = right_padded_batch(lengths=lengths)
+        reference = run(stock, ids, mask, output_attentions=True, use_cache=False)
+        exact = torch.stack([a[0] for a in reference.attentions])  # (L, H, T, T)
+        patched = papa.patch_model(copy.deepcopy(stock), exact, static_heads=all_heads())
+        real = mask > 0
+        assert_close(run(patched, ids, mask).logits[real], reference.logits[real], rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("name", DECODER_NAMES)
+def test_constant_heads_attend_where_the_stock_heads_may(name):
+    """All-ones constants: each layer's constant attention is nonzero exactly where the stock model's
+    softmax is (the causal band × the layer's window) on a full-length example, and uniform there."""
+    stock = tiny_decoder(name)
+    ids, mask = right_padded_batch(lengths=(T,))
+    want = run(stock, ids, mask, output_attentions=True, use_cache=False).attentions
+    model = papa.patch_model(copy.deepcopy(stock), torch.ones(L, H, T, T), static_heads=all_heads())
+    got = run(model, ids, mask, output_attentions=True).attentions
+    for layer in range(L):
+        support = want[layer][0] > 0  # (H, T, T)
+        assert torch.equal(got[layer][0] > 0, support)
+        assert torch.equal(support[0], torch.tensor(band_of(name, layer) > 0))
+        assert_close(got[layer][0], support / support.sum(-1, keepdim=True))
+
+
+@pytest.mark.parametrize("name", DECODER_NAMES)
+def test_padding_content_is_ignored(name):
+    for kwargs in [dict(static_heads=[[0, 0], [1, 1], [1, 2]]), dict(mix_all_heads=True), {}]:
+        model = papa.patch_model(tiny_decoder(name), random_constants(), **kwargs)
+        ids, mask = right_padded_batch()
+        other = ids.clone()
+        other[mask == 0] = 7
+        assert_close(run(model, ids, mask).logits[mask == 1], run(model, other, mask).logits[mask == 1],
+                     rtol=1e-5, atol=1e-6)
+
+
+def expected_pruned(name, model, static):
+    """Parameters that replacing `static` ({layer: heads}) must remove: each constant head's Q rows, and the K
+    rows of a K/V group whose query heads are all constant (GPT-2: each head its own group), with biases."""
+    total = 0
+    for layer, heads in static.items():
+        a = attention_modules(model)[layer]
+        if name == "gpt2":
+            total += len(heads) * 2 * D_HEAD * (HIDDEN + 1)
+            continue
+        q_bias, k_bias = (int(m.bias is not None) for m in (a.q_proj, a.k_proj))
+        full_groups = sum(all(h in heads for h in range(g * GROUP, (g + 1) * GROUP)) for g in range(KV))
+        total += len(heads) * D_HEAD * (HIDDEN + q_bias) + full_groups * D_HEAD * (HIDDEN + k_bias)
+    return total
+
+
+@pytest.mark.parametrize("name", DECODER_NAMES)
+def test_pruned_parameter_counts_and_all_constant_layers_skip_qk(name):
+    stock = tiny_decoder(name)
+    static = {0: [0, 1, 3], 1: [1, 2], 2: [0, 1, 2, 3]}
+    patched = papa.patch_model(copy.deepcopy(stock), random_constants(), static_heads=static)
+    count = lambda m: sum(p.numel() for n, p in m.named_parameters() if "constant_matrices" not in n)
+    assert count(stock) - count(patched) == expected_pruned(name, stock, static) > 0
+    assert attention_modules(patched)[2].constant_matrices.shape == (H, T, T)
+    if name != "gpt2":  # GPT-2's c_attn also computes the values
+        calls = []
+        for sub in (attention_modules(patched)[2].q_proj, attention_modules(patched)[2].k_proj):
+            sub.register_forward_hook(lambda *a: calls.append(1))
+        ids, mask = right_padded_batch()
+        run(patched, ids, mask)
+        run(patched, ids, mask, output_attentions=True)
+        assert calls == []
+
+
+@pytest.mark.parametrize("name", DECODER_NAMES)
+@pytest.mark.parametrize("head", ["sequence", "causal"])
+def test_save_and_reload_give_identical_logits(tmp_path, name, head):
+    from papa.modeling import build_model, load_papa_model, save_papa_model
+
+    model_class = type(tiny_decoder(name, head=head)).__name__
+    torch.manual_seed(0)
+    model = build_model(model_class, tiny_decoder_config(name), None, random_constants(),
+                        [[0, 1], [2, 0], [2, 1], [2, 3]]).eval()
+    save_papa_model(model, tmp_path)
+    reloaded = load_papa_model(str(tmp_path))
+    assert reloaded.config.use_cache is False
+    ids, mask = right_padded_batch()
+    got, want = run(reloaded, ids, mask).logits, run(model, ids, mask).logits
+    if head == "causal":  # padded queries with no real key in their window: eager (saved) and sdpa (reloaded) differ
+        got, want = got[mask == 1], want[mask == 1]
+    assert_close(got, want, rtol=1e-6, atol=1e-6)
+
+
+def test_sequence_classifier_reads_the_last_real_token():
+    """Right padding with pad_token_id set: the patched classifier's logits for a padded example are the
+    stock model's on that example alone, unpadded (it pools the last real token)."""
+    stock = tiny_decoder("llama", head="sequence")
+    patched = papa.patch_model(copy.deepcopy(stock), random_constants())
+    ids, mask = right_padded_batch(lengths=(T, 7, 3))
+    logits = run(patched, ids, mask).logits
+    for b, n in enumerate((T, 7, 3)):
+        want = run(stock, ids[b:b + 1, :n], mask[b:b + 1, :n], use_cache=False).logits
+        assert_close(logits[b:b + 1], want, rtol=1e-5, atol=1e-5)
+
+
+def test_a_key_value_cache_is_a_clear_error():
+    model = papa.patch_model(tiny_decoder("llama"), random_constants(), static_heads=[[0, 1]])
+    assert model.config.use_cache is False
+    ids, mask = right_padded_batch()
+    with pytest.raises(PapaError, match="use_cache=False"):
+        run(model, ids, mask, use_cache=True)
+    gpt2 = papa.patch_model(tiny_decoder("gpt2"), random_constants())
+    with pytest.raises(PapaError, match="use_cache=False"):
+        run(gpt2, ids, mask, use_cache=True)
+
+
+def test_averages_per_key_value_head_are_a_clear_error():
+    per_kv_head = torch.rand(L, KV, T, T)
+    with pytest.raises(PapaError, match="key/value heads.*query heads"):
+        papa.patch_model(tiny_decoder("qwen3"), per_kv_head, static_heads=[[0, 1]])
+    with pytest.raises(PapaError, match="key/value heads.*query heads"):
+        papa.patch_model(tiny_decoder("qwen3"), mean_outputs=torch.rand(L, KV, T, D_HEAD), static_heads=[[0, 1]])
+
+
+@pytest.mark.parametrize("name", ["llama", "gpt2"])
+def test_mean_output_heads(name):
+    """Mean-output heads output their mean vector at real positions; the rest of the layer is unchanged."""
+    means = torch.rand(L, H, T, D_HEAD, generator=torch.Generator().manual_seed(4))
+    model = papa.patch_model(tiny_decoder(name, head="base"), mean_outputs=means, static_heads=[[1, 0], [1, 1]])
+    captured = capture_layer(model, 1)
+    ids, mask = right_padded_batch()
+    fast = run(model, ids, mask).last_hidden_state
+    slow = run(model, ids, mask, output_attentions=True).last_hidden_state
+    real = mask > 0
+    assert_close(fast[real], slow[real], rtol=1e-5, atol=1e-5)
+    assert captured["output"][1][:, :2].abs().max() == 0  # mean-output heads do not attend
+
+
+# ----------------------------------------------------------------------------- averaging
+
+
+def batches(ids, mask, size):
+    for start in range(0, len(ids), size):
+        yield {"input_ids": ids[start:start + size], "attention_mask": mask[start:start + size]}
+
+
+@pytest.mark.parametrize("name", DECODER_NAMES)
+def test_averages_equal_direct_computation_and_are_causal(name):
+    """Averaging a stock decoder (sdpa switched to eager for the pass): one matrix per query head, from the
+    definition example by example; lower-triangular, as every causal head is."""
+    from papa.averaging import accumulate_attention
+
+    impl = "sdpa" if name in SDPA_DECODERS else "eager"
+    model = tiny_decoder(name, impl, head="base")
+    ids, mask = right_padded_batch(lengths=(T, 7, 3, 9, 1))
+    averager = accumulate_attention(model, batches(ids, mask, 2), T)
+    assert model.config._attn_implementation == impl
+    reference = tiny_decoder(name, "eager", head="base")
+    sums, patterns = np.zeros((L, H, T, T)), np.zeros((T, T))
+    for i in range(len(ids)):
+        att = run(reference, ids[i:i + 1], mask[i:i + 1], output_attentions=True, use_cache=False).attentions
+        p = np.outer(mask[i].numpy(), mask[i].numpy()).astype(np.float64)
+        patterns += p
+        for layer in range(L):
+            sums[layer] += att[layer][0].numpy().astype(np.float64) * p
+    np.testing.assert_allclose(averager.attention_sums.numpy(), sums, rtol=1e-5, atol=1e-6)
+    assert averager.averages().shape == (L, H, T, T)
+    assert torch.equal(averager.averages().triu(1), torch.zeros(L, H, T, T))
+
+
+@pytest.mark.parametrize("name", DECODER_NAMES)
+def test_mean_outputs_of_one_example_reproduce_it(name):
+    from papa.averaging import accumulate_attention
+
+    stock = tiny_decoder(name)
+    ids, mask = right_padded_batch(lengths=(8,))
+    means = accumulate_attention(stock, batches(ids, mask, 1), T, mean_outputs=True).mean_outputs()
+    assert means.shape == (L, H, T, D_HEAD)
+    ablated = papa.patch_model(copy.deepcopy(stock), static_heads=all_heads(), mean_outputs=means)
+    real = mask == 1
+    assert_close(run(ablated, ids, mask).logits[real], run(stock, ids, mask, use_cache=False).logits[real],
+                 rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("name", DECODER_NAMES)
+def test_averaging_a_partly_patched_model_reports_stock_head_order(name):
+    """The last layer laid out [1, 3, 0, 2] (heads 0 and 2 mean-output; with grouped K/V each of them shares its
+    group with a dynamic head): averages and mean outputs come back in the stock order."""
+    from papa.averaging import accumulate_attention
+
+    stock = tiny_decoder(name, head="base")
+    ids, mask = right_padded_batch(lengths=(T, T))
+    want = accumulate_attention(stock, batches(ids, mask, 2), T, mean_outputs=True)
+    last, replaced = L - 1, [0, 2]
+    means = torch.randn(L, H, T, D_HEAD, generator=torch.Generator().manual_seed(4))
+    patched = papa.patch_model(copy.deepcopy(stock), static_heads={last: replaced}, mean_outputs=means)
+    got = accumulate_attention(patched, batches(ids, mask, 2), T, mean_outputs=True)
+    for head in range(H):
+        if head in replaced:
+            assert torch.equal(got.averages()[last, head], torch.zeros(T, T))
+            assert_close(got.mean_outputs()[last, head], means[last, head])
+        else:
+            assert_close(got.averages()[last, head], want.averages()[last, head], rtol=1e-5, atol=1e-6)
+            assert_close(got.mean_outputs()[last, head], want.mean_outputs()[last, head], rtol=1e-5, atol=1e-5)
+    assert_close(got.averages()[:last], want.averages()[:last], rtol=1e-5, atol=1e-6)
