@@ -17,6 +17,7 @@ import torch
 
 import papa
 from papa.constant_math import constant_attention_output, constants_in, normalize_rows, normalized_constant
+from tiny_decoders import DECODER_NAMES, SDPA_DECODERS, right_padded_batch, tiny_decoder
 from tiny_encoders import FAMILY_NAMES, H, L, T, padded_batch, tiny_model
 
 RATIO = 3.0  # the issue's "no worse than ~3x the stock model's own error"
@@ -24,8 +25,18 @@ PRECISIONS = ("autocast-fp16", "autocast-bf16", "cast-fp16", "cast-bf16")
 DTYPE = {"fp16": torch.float16, "bf16": torch.bfloat16}
 CASES = [(name, impl) for name in FAMILY_NAMES for impl in ("eager", "sdpa")
          if impl == "eager" or not name.startswith("deberta")]  # DeBERTa has no sdpa in transformers 5
+CASES += [(name, impl) for name in DECODER_NAMES for impl in ("eager", "sdpa") if impl == "eager" or name in SDPA_DECODERS]
 STOCK_FAILS_UNDER_AUTOCAST = {"deberta"}
 MIXED = [[layer, head] for layer in range(L) for head in range(H) if (layer + head) % 2 == 0]  # every layer mixes
+
+
+def family_model(name, impl, head="sequence"):
+    """A tiny random encoder or decoder (tests/tiny_encoders.py, tests/tiny_decoders.py: the same L, H, T)."""
+    return tiny_decoder(name, impl, head=head) if name in DECODER_NAMES else tiny_model(name, impl, head=head)
+
+
+def family_batch(name, **kwargs):
+    return right_padded_batch(**kwargs) if name in DECODER_NAMES else padded_batch(name, **kwargs)
 
 
 def constants_with_zero_rows(seed=1):
@@ -82,8 +93,8 @@ def fp32(model, *args, **kwargs):
 @pytest.mark.parametrize("precision", PRECISIONS)
 @pytest.mark.parametrize("name,impl", CASES)
 def test_forward_error_within_the_stock_models_own(name, impl, precision):
-    ids, mask = padded_batch(name)
-    base = tiny_model(name, impl, head="base")
+    ids, mask = family_batch(name)
+    base = family_model(name, impl, head="base")
     allowed = RATIO * stock_error(base, precision, ids, mask, name)
     for mode in ("replace", "mix", "mean_output"):
         model = patched(base, mode)
@@ -119,11 +130,12 @@ def relative_error(got, want):
     return ((got - want).norm() / want.norm().clamp_min(1e-30)).item()
 
 
-ATTENTION_WEIGHTS = ("value.weight", "value_proj.weight", "in_proj.weight", "Wqkv.weight")  # per family, every layer
+ATTENTION_WEIGHTS = ("value.weight", "value_proj.weight", "in_proj.weight", "Wqkv.weight", "v_proj.weight",
+                     "c_attn.weight")  # per family, every layer
 
 
 @pytest.mark.parametrize("precision", PRECISIONS)
-@pytest.mark.parametrize("name", ["bert", "deberta", "deberta-v2", "modernbert"])
+@pytest.mark.parametrize("name", ["bert", "deberta", "deberta-v2", "modernbert", "llama", "qwen3", "gpt2"])
 def test_ranking_run_backward_is_finite_and_close_to_fp32(name, precision):
     """Mix mode in training (the ranking run): every gradient finite; the PAPA parameters' gradients (λ, C in
     every layer) and the attention weights' within RATIO x the worst relative error the stock model makes in its
@@ -132,10 +144,14 @@ def test_ranking_run_backward_is_finite_and_close_to_fp32(name, precision):
     As in a real ranking run, no example reaches the constants' zero rows (they are zero because no training
     example does). Were one to, F.normalize's gradient there would be upstream / 1e-12 in float32, as in the
     original code; that is left as it is.
+
+    Gemma2 is left out: there the last layer's λ gradients come out 4-6x the stock attention weights' relative
+    error in float16/bfloat16 (its value gradients match the stock model's; the same with soft-capping off), which
+    this yardstick does not allow; the cause is not established.
     """
-    ids, mask = padded_batch(name, lengths=(T - 4, 7, 3))
+    ids, mask = family_batch(name, lengths=(T - 4, 7, 3))
     labels = torch.tensor([0, 1, 2])
-    base = tiny_model(name, "eager")
+    base = family_model(name, "eager")
     stock_precision = precision
     if name in STOCK_FAILS_UNDER_AUTOCAST and precision.startswith("autocast"):
         stock_precision = precision.replace("autocast", "cast")  # see the module docstring
