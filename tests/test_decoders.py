@@ -1,7 +1,7 @@
 """Every decoder family against stock transformers and against an independent numpy computation.
 
-For GPT-2, Llama, Mistral, Qwen2, Qwen3 and Gemma2 on tiny random models (grouped K/V, rotary, sliding
-windows, q/k norms, soft-capping; tests/tiny_decoders.py) and right-padded batches: 0 replaced heads =
+For GPT-2, Llama, Mistral, Qwen2, Qwen3, Gemma2, Gemma3 (text), Granite and SmolLM3 on tiny random models
+(grouped K/V, rotary, sliding windows, q/k norms, soft-capping; tests/tiny_decoders.py) and right-padded batches: 0 replaced heads =
 stock (eager and sdpa); one layer's probabilities and output recomputed head by head in numpy from the
 unpruned stock weights (replace and mix mode); fast path = probabilities path (outputs and gradients);
 λ → ±∞ limits; the exact attention of an example as constants reproduces the stock model on it; a
@@ -20,11 +20,13 @@ from torch.testing import assert_close
 import papa
 from papa.encoders import attention_modules
 from papa.errors import PapaError
-from tiny_decoders import (D_HEAD, DECODER_NAMES, HIDDEN, KV, SDPA_DECODERS, H, L, T, right_padded_batch,
-                           tiny_decoder, tiny_decoder_config)
+from tiny_decoders import (D_HEAD, DECODER_NAMES, HIDDEN, KV, SDPA_DECODERS, H, L, T, decoder_class_name,
+                           right_padded_batch, tiny_decoder, tiny_decoder_config)
 
 GROUP = H // KV  # query heads per K/V head (GPT-2: no grouping)
-WINDOWS = {"mistral": {0: 4, 1: 4, 2: 4}, "qwen2": {1: 5, 2: 5}, "gemma2": {0: 4, 2: 4}}  # from the configs
+WINDOWS = {"mistral": {0: 4, 1: 4, 2: 4}, "qwen2": {1: 5, 2: 5}, "gemma2": {0: 4, 2: 4},
+           "gemma3_text": {0: 4, 2: 4}}  # from the configs
+SCALE = {"gemma2": 12 ** -0.5, "gemma3_text": 12 ** -0.5, "granite": 0.3}  # query_pre_attn_scalar, attention_multiplier
 
 
 def random_constants(seed=1):
@@ -82,13 +84,16 @@ def reference_layer(name, a, x, valid, rotary, layer):
         lin = lambda m: x @ np_(m.weight).T + (np_(m.bias) if m.bias is not None else 0)
         q, k, v = lin(a.q_proj).reshape(T, H, D_HEAD), lin(a.k_proj).reshape(T, KV, D_HEAD), lin(a.v_proj)
         v = v.reshape(T, KV, D_HEAD)
-        if name == "qwen3":
-            rms = lambda z, norm: z / np.sqrt((z ** 2).mean(-1, keepdims=True) + norm.variance_epsilon) * np_(norm.weight)
+        if name in ("qwen3", "gemma3_text"):  # RMS norms over each head's d: weight w (Qwen3), 1 + w (Gemma3)
+            gain = lambda norm: np_(norm.weight) + (1.0 if name == "gemma3_text" else 0.0)
+            eps = lambda norm: getattr(norm, "variance_epsilon", getattr(norm, "eps", None))
+            rms = lambda z, norm: z / np.sqrt((z ** 2).mean(-1, keepdims=True) + eps(norm)) * gain(norm)
             q, k = rms(q, a.q_norm), rms(k, a.k_norm)
-        cos, sin = (np_(t)[0][:, None, :] for t in rotary)  # (T, 1, d)
-        rotate = lambda z: z * cos + np.concatenate([-z[..., D_HEAD // 2:], z[..., :D_HEAD // 2]], -1) * sin
-        q, k = rotate(q), rotate(k)
-        group, scale = GROUP, (12 ** -0.5 if name == "gemma2" else D_HEAD ** -0.5)  # query_pre_attn_scalar=12
+        if not (name == "smollm3" and layer == 1):  # SmolLM3's layer 1 has no rotary embeddings (no_rope_layers)
+            cos, sin = (np_(t)[0][:, None, :] for t in rotary)  # (T, 1, d)
+            rotate = lambda z: z * cos + np.concatenate([-z[..., D_HEAD // 2:], z[..., :D_HEAD // 2]], -1) * sin
+            q, k = rotate(q), rotate(k)
+        group, scale = GROUP, SCALE.get(name, D_HEAD ** -0.5)
     band = band_of(name, layer)
     allowed = (band * valid[None, :]) > 0
     probs = []
@@ -122,7 +127,7 @@ def capture_layer(model, layer_index):
 
 
 def randomise_norms(model):
-    """Qwen3's q/k norm weights start at 1; make them matter."""
+    """Qwen3's and Gemma3's q/k norm weights start at 1 and 0; make them matter."""
     g = torch.Generator().manual_seed(3)
     with torch.no_grad():
         for name, param in model.named_parameters():
@@ -313,12 +318,12 @@ def test_pruned_parameter_counts_and_all_constant_layers_skip_qk(name):
         assert calls == []
 
 
-@pytest.mark.parametrize("name", DECODER_NAMES)
-@pytest.mark.parametrize("head", ["sequence", "causal"])
+@pytest.mark.parametrize("name,head", [(name, head) for name in DECODER_NAMES for head in ("sequence", "causal")
+                                       if decoder_class_name(name, head)])
 def test_save_and_reload_give_identical_logits(tmp_path, name, head):
     from papa.modeling import build_model, load_papa_model, save_papa_model
 
-    model_class = type(tiny_decoder(name, head=head)).__name__
+    model_class = decoder_class_name(name, head)
     torch.manual_seed(0)
     model = build_model(model_class, tiny_decoder_config(name), None, random_constants(),
                         [[0, 1], [2, 0], [2, 1], [2, 3]]).eval()

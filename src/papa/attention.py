@@ -6,7 +6,8 @@ query/key projections are pruned away. In mix mode ("sort calculating") every he
 with a trainable weight: σ(λ)·A + (1−σ(λ))·norm(C). The math is the original PAPA code's
 (Hassid et al., 2022) and lives in papa/constant_math.py; the forward shared by every family in
 papa/encoders/base.py; what differs per family (BERT, RoBERTa, XLM-R, CamemBERT, ELECTRA,
-DeBERTa v1/v2/v3, ModernBERT; the decoders GPT-2, Llama, Mistral, Qwen2, Qwen3, Gemma2) in one
+DeBERTa v1/v2/v3, ModernBERT; the decoders GPT-2, Llama, Mistral, Qwen2, Qwen3, Gemma2, Gemma3
+(text), Granite, SmolLM3) in one
 adapter each under papa/encoders/. A decoder's constant head attends inside its causal band
 (papa/encoders/causal.py); its heads are the query heads, whatever its key/value grouping.
 

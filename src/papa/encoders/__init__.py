@@ -117,7 +117,9 @@ register("modernbert", M + "modernbert.modeling_modernbert:ModernBertAttention",
 
 DECODER = dict(layers=_decoder_layers, outputs=_decoder_outputs, probe_dropout=None, causal=True)
 for model_type, module, name in [("llama", "llama", "Llama"), ("mistral", "mistral", "Mistral"),
-                                 ("qwen2", "qwen2", "Qwen2"), ("qwen3", "qwen3", "Qwen3")]:
+                                 ("qwen2", "qwen2", "Qwen2"), ("qwen3", "qwen3", "Qwen3"),
+                                 ("gemma3_text", "gemma3", "Gemma3"), ("granite", "granite", "Granite"),
+                                 ("smollm3", "smollm3", "SmolLM3")]:
     register(model_type, f"{M}{module}.modeling_{module}:{name}Attention", PapaLlamaAttention,
              f"Papa{name}Attention", **DECODER)
 register("gemma2", M + "gemma2.modeling_gemma2:Gemma2Attention", PapaGemma2Attention, "PapaGemma2Attention",

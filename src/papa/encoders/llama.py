@@ -1,4 +1,5 @@
-"""Llama-style decoder attention: Llama, Mistral, Qwen2, Qwen3 (per-head q/k norms), Gemma2 (soft-capping).
+"""Llama-style decoder attention: Llama, Mistral, Qwen2, Qwen3 and Gemma3 (per-head q/k norms), Gemma2
+(soft-capping), Granite (its own logit scale), SmolLM3 (no rotary on some layers).
 
 transformers 5 gives these families one attention design: separate `q_proj`/`k_proj`/`v_proj`, grouped
 keys/values (num_key_value_heads K/V heads, each read by num_key_value_groups query heads), rotary Q/K,
@@ -15,6 +16,8 @@ PAPA's heads are the *query* heads (avgs.pt is [layers, query heads, T, T]):
   the value projection is not permuted (its rows belong to K/V heads, not query heads); only `o_proj`'s
   input columns (which read query heads) are. Without grouping (num_key_value_groups == 1) the value rows
   are permuted at patch time instead, as for the encoders, and no gather runs.
+- OLMo2 is not covered: its q/k norms run over all heads' concatenated Q/K, so pruning heads would change
+  the dynamic heads' normalisation.
 - soft-capping and the query scaling (Gemma2: query_pre_attn_scalar) apply to the dynamic heads as in
   the stock model. SDPA has no soft-capping, so with it the dynamic heads' fast path is an explicit
   softmax over their (B, D, T, T) logits, as the stock eager kernel computes (constant heads never
@@ -65,10 +68,12 @@ class PapaLlamaAttention(PapaAttention):
         B, T, _ = call.hidden_states.shape
         query = self.q_proj(call.hidden_states).view(B, T, -1, self.head_dim)
         key = self.k_proj(call.hidden_states).view(B, T, -1, self.head_dim)
-        if hasattr(self, "q_norm"):  # Qwen3: RMS norms over each head's d, before the rotation
+        if hasattr(self, "q_norm"):  # Qwen3, Gemma3: RMS norms over each head's d, before the rotation
             query, key = self.q_norm(query), self.k_norm(key)
-        cos, sin = call.extra["rotary"]
-        query, key = apply_rotary_pos_emb(query.transpose(1, 2), key.transpose(1, 2), cos, sin)
+        query, key = query.transpose(1, 2), key.transpose(1, 2)
+        if getattr(self, "use_rope", True):  # SmolLM3 leaves out the rotation in some layers
+            cos, sin = call.extra["rotary"]
+            query, key = apply_rotary_pos_emb(query, key, cos, sin)
         if self._groups > 1:
             key = key.index_select(1, self.papa_key_groups)  # (B, D, T, d): each dynamic head's group
         return query, key
