@@ -13,9 +13,9 @@ import torch
 from torch.testing import assert_close
 
 import papa
-from tiny_decoders import DECODER_NAMES, right_padded_batch, tiny_decoder
-from tiny_encoders import FAMILY_NAMES, H, L, T, tiny_model
-from tiny_encoders import padded_batch as encoder_batch
+from tiny_decoders import DECODER_NAMES, tiny_family_model
+from tiny_decoders import family_batch as padded_batch
+from tiny_encoders import FAMILY_NAMES, H, L, T
 
 MIXED = [[layer, head] for layer in range(L) for head in range(H) if (layer + head) % 2 == 0]
 CASES = [(name, impl) for name in FAMILY_NAMES for impl in ("eager", "sdpa")
@@ -23,16 +23,11 @@ CASES = [(name, impl) for name in FAMILY_NAMES for impl in ("eager", "sdpa")
 CASES += [(name, "eager") for name in DECODER_NAMES]  # both paths; sdpa changes only the mask's dtype (~7 s a case)
 
 
-def padded_batch(name, **kwargs):
-    return right_padded_batch(**kwargs) if name in DECODER_NAMES else encoder_batch(name, **kwargs)
-
-
 def patched(name, impl, head="sequence", **kwargs):
     constants = torch.rand(L, H, T, T, generator=torch.Generator().manual_seed(1))
     constants[:, :, -4:] = 0
     options = {"mix_all_heads": True} if kwargs.pop("mix", False) else {"static_heads": MIXED}
-    build = tiny_decoder if name in DECODER_NAMES else tiny_model
-    return papa.patch_model(build(name, impl, head=head), constants, **options, **kwargs)
+    return papa.patch_model(tiny_family_model(name, impl, head=head), constants, **options, **kwargs)
 
 
 @pytest.fixture(autouse=True)

@@ -6,7 +6,8 @@ stock (eager and sdpa); one layer's probabilities and output recomputed head by 
 unpruned stock weights (replace and mix mode); fast path = probabilities path (outputs and gradients);
 λ → ±∞ limits; the exact attention of an example as constants reproduces the stock model on it; a
 constant head attends exactly where the stock heads may (causal band × window); pruned parameter counts
-(a K/V group's keys only when all its query heads are constant); save/reload; the clear errors.
+(a K/V group's keys only when all its query heads are constant); save/reload; the clear errors. Averaging
+decoders is tested with the encoders' in tests/test_averaging.py.
 """
 
 import copy
@@ -20,6 +21,7 @@ from torch.testing import assert_close
 import papa
 from papa.encoders import attention_modules
 from papa.errors import PapaError
+from test_encoders import np_, numpy_norm, run, softmax_rows  # the encoders' numpy helpers
 from tiny_decoders import (D_HEAD, DECODER_NAMES, HIDDEN, KV, SDPA_DECODERS, H, L, T, decoder_class_name,
                            right_padded_batch, tiny_decoder, tiny_decoder_config)
 
@@ -37,40 +39,11 @@ def all_heads():
     return [[layer, head] for layer in range(L) for head in range(H)]
 
 
-def run(model, ids, mask, **kwargs):
-    with torch.no_grad():
-        return model(input_ids=ids, attention_mask=mask, **kwargs)
-
-
-def np_(t):
-    return t.detach().double().numpy().copy()
-
-
 def band_of(name, layer):
     """Where query i may attend key j: j ≤ i, and i − j < window in a sliding-window layer."""
     i, j = np.arange(T)[:, None], np.arange(T)[None, :]
     window = WINDOWS.get(name, {}).get(layer)
     return ((j <= i) & ((i - j) < window if window else True)).astype(float)
-
-
-def softmax_rows(scores, allowed):
-    """Row softmax over allowed keys; a row with none allowed (a padded query whose window holds no real key)
-    is uniform, as the stock eager kernel's all-finfo.min row is."""
-    out = np.zeros_like(scores)
-    for i in range(scores.shape[0]):
-        if not allowed[i].any():
-            out[i] = 1.0 / scores.shape[1]
-            continue
-        row = np.where(allowed[i], scores[i], -np.inf)
-        e = np.exp(row - row.max())
-        out[i] = e / e.sum()
-    return out
-
-
-def numpy_norm(x, valid, band=None):
-    """norm(X·P), P = m mᵀ (⊙ band), by a plain per-row loop."""
-    x = np.asarray(x, dtype=np.float64) * np.outer(valid, valid) * (1.0 if band is None else band)
-    return np.stack([row / max(np.abs(row).sum(), 1e-12) for row in x])
 
 
 def reference_layer(name, a, x, valid, rotary, layer):
@@ -382,36 +355,9 @@ def test_mean_output_heads(name):
     assert captured["output"][1][:, :2].abs().max() == 0  # mean-output heads do not attend
 
 
-# ----------------------------------------------------------------------------- averaging
-
-
 def batches(ids, mask, size):
     for start in range(0, len(ids), size):
         yield {"input_ids": ids[start:start + size], "attention_mask": mask[start:start + size]}
-
-
-@pytest.mark.parametrize("name", DECODER_NAMES)
-def test_averages_equal_direct_computation_and_are_causal(name):
-    """Averaging a stock decoder (sdpa switched to eager for the pass): one matrix per query head, from the
-    definition example by example; lower-triangular, as every causal head is."""
-    from papa.averaging import accumulate_attention
-
-    impl = "sdpa" if name in SDPA_DECODERS else "eager"
-    model = tiny_decoder(name, impl, head="base")
-    ids, mask = right_padded_batch(lengths=(T, 7, 3, 9, 1))
-    averager = accumulate_attention(model, batches(ids, mask, 2), T)
-    assert model.config._attn_implementation == impl
-    reference = tiny_decoder(name, "eager", head="base")
-    sums, patterns = np.zeros((L, H, T, T)), np.zeros((T, T))
-    for i in range(len(ids)):
-        att = run(reference, ids[i:i + 1], mask[i:i + 1], output_attentions=True, use_cache=False).attentions
-        p = np.outer(mask[i].numpy(), mask[i].numpy()).astype(np.float64)
-        patterns += p
-        for layer in range(L):
-            sums[layer] += att[layer][0].numpy().astype(np.float64) * p
-    np.testing.assert_allclose(averager.attention_sums.numpy(), sums, rtol=1e-5, atol=1e-6)
-    assert averager.averages().shape == (L, H, T, T)
-    assert torch.equal(averager.averages().triu(1), torch.zeros(L, H, T, T))
 
 
 @pytest.mark.parametrize("name", DECODER_NAMES)
@@ -426,26 +372,3 @@ def test_mean_outputs_of_one_example_reproduce_it(name):
     real = mask == 1
     assert_close(run(ablated, ids, mask).logits[real], run(stock, ids, mask, use_cache=False).logits[real],
                  rtol=1e-5, atol=1e-5)
-
-
-@pytest.mark.parametrize("name", DECODER_NAMES)
-def test_averaging_a_partly_patched_model_reports_stock_head_order(name):
-    """The last layer laid out [1, 3, 0, 2] (heads 0 and 2 mean-output; with grouped K/V each of them shares its
-    group with a dynamic head): averages and mean outputs come back in the stock order."""
-    from papa.averaging import accumulate_attention
-
-    stock = tiny_decoder(name, head="base")
-    ids, mask = right_padded_batch(lengths=(T, T))
-    want = accumulate_attention(stock, batches(ids, mask, 2), T, mean_outputs=True)
-    last, replaced = L - 1, [0, 2]
-    means = torch.randn(L, H, T, D_HEAD, generator=torch.Generator().manual_seed(4))
-    patched = papa.patch_model(copy.deepcopy(stock), static_heads={last: replaced}, mean_outputs=means)
-    got = accumulate_attention(patched, batches(ids, mask, 2), T, mean_outputs=True)
-    for head in range(H):
-        if head in replaced:
-            assert torch.equal(got.averages()[last, head], torch.zeros(T, T))
-            assert_close(got.mean_outputs()[last, head], means[last, head])
-        else:
-            assert_close(got.averages()[last, head], want.averages()[last, head], rtol=1e-5, atol=1e-6)
-            assert_close(got.mean_outputs()[last, head], want.mean_outputs()[last, head], rtol=1e-5, atol=1e-5)
-    assert_close(got.averages()[:last], want.averages()[:last], rtol=1e-5, atol=1e-6)

@@ -17,8 +17,9 @@ import torch
 
 import papa
 from papa.constant_math import constant_attention_output, constants_in, normalize_rows, normalized_constant
-from tiny_decoders import DECODER_NAMES, SDPA_DECODERS, right_padded_batch, tiny_decoder
-from tiny_encoders import FAMILY_NAMES, H, L, T, padded_batch, tiny_model
+from tiny_decoders import DECODER_NAMES, SDPA_DECODERS, family_batch
+from tiny_decoders import tiny_family_model as family_model
+from tiny_encoders import FAMILY_NAMES, H, L, T
 
 RATIO = 3.0  # the issue's "no worse than ~3x the stock model's own error"
 PRECISIONS = ("autocast-fp16", "autocast-bf16", "cast-fp16", "cast-bf16")
@@ -28,15 +29,6 @@ CASES = [(name, impl) for name in FAMILY_NAMES for impl in ("eager", "sdpa")
 CASES += [(name, impl) for name in DECODER_NAMES for impl in ("eager", "sdpa") if impl == "eager" or name in SDPA_DECODERS]
 STOCK_FAILS_UNDER_AUTOCAST = {"deberta"}
 MIXED = [[layer, head] for layer in range(L) for head in range(H) if (layer + head) % 2 == 0]  # every layer mixes
-
-
-def family_model(name, impl, head="sequence"):
-    """A tiny random encoder or decoder (tests/tiny_encoders.py, tests/tiny_decoders.py: the same L, H, T)."""
-    return tiny_decoder(name, impl, head=head) if name in DECODER_NAMES else tiny_model(name, impl, head=head)
-
-
-def family_batch(name, **kwargs):
-    return right_padded_batch(**kwargs) if name in DECODER_NAMES else padded_batch(name, **kwargs)
 
 
 def constants_with_zero_rows(seed=1):

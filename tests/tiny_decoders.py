@@ -78,3 +78,19 @@ def right_padded_batch(seed=2, lengths=(T, 7, 3), vocab_size=120):
         mask[b, :n] = 1
     ids[mask == 0] = PAD
     return ids, mask
+
+
+def tiny_family_model(name, impl="eager", head="sequence", seed=0):
+    """A tiny random model of any family, encoder (tests/tiny_encoders.py) or decoder: the same L, H, T."""
+    from tiny_encoders import tiny_model
+
+    if name in DECODER_NAMES:
+        return tiny_decoder(name, impl, head=head, seed=seed)
+    return tiny_model(name, impl, head=head, seed=seed)
+
+
+def family_batch(name, **kwargs):
+    """A padded batch for any family: right padding for decoders (tiny_encoders.padded_batch for encoders)."""
+    from tiny_encoders import padded_batch
+
+    return right_padded_batch(**kwargs) if name in DECODER_NAMES else padded_batch(name, **kwargs)
