@@ -1,17 +1,16 @@
 """Every decoder family against stock transformers and against an independent numpy computation.
 
 For GPT-2, Llama, Mistral, Qwen2, Qwen3, Gemma2, Gemma3 (text), Granite and SmolLM3 on tiny random models
-(grouped K/V, rotary, sliding windows, q/k norms, soft-capping; tests/tiny_decoders.py) and right-padded batches: 0 replaced heads =
-stock (eager and sdpa); one layer's probabilities and output recomputed head by head in numpy from the
-unpruned stock weights (replace and mix mode); fast path = probabilities path (outputs and gradients);
-λ → ±∞ limits; the exact attention of an example as constants reproduces the stock model on it; a
-constant head attends exactly where the stock heads may (causal band × window); pruned parameter counts
-(a K/V group's keys only when all its query heads are constant); save/reload; the clear errors. Averaging
-decoders is tested with the encoders' in tests/test_averaging.py.
+(grouped K/V, rotary, sliding windows, q/k norms, soft-capping; tests/tiny_decoders.py) and right-padded
+batches: 0 replaced heads = stock (eager and sdpa); one layer's probabilities and output recomputed head by
+head in numpy from the unpruned stock weights (replace and mix mode); fast path = probabilities path
+(outputs and gradients); λ → ±∞ limits; the exact attention of an example as constants reproduces the
+stock model on it; a constant head attends exactly where the stock heads may (causal band × window);
+pruned parameter counts (a K/V group's keys only when all its query heads are constant); save/reload;
+the clear errors. Averaging decoders is tested with the encoders' in tests/test_averaging.py.
 """
 
 import copy
-import math
 
 import numpy as np
 import pytest

@@ -160,7 +160,8 @@ def test_mode_and_model_errors(expect_error, tmp_path, cola_dir):
     opt = tmp_path / "opt"
     OPTConfig(num_hidden_layers=1, num_attention_heads=2, hidden_size=8, ffn_dim=8,
               word_embed_proj_dim=8).save_pretrained(opt)
-    expect_error("run_papa_glue.py", probing_args(cola_dir, "--model_name_or_path", opt), r"model types bert, roberta.*'opt'")
+    expect_error("run_papa_glue.py", probing_args(cola_dir, "--model_name_or_path", opt),
+                 r"model types bert, roberta.*'opt'")
 
 
 def test_debug_shows_the_traceback(capsys, monkeypatch, tmp_path):

@@ -26,7 +26,8 @@ PRECISIONS = ("autocast-fp16", "autocast-bf16", "cast-fp16", "cast-bf16")
 DTYPE = {"fp16": torch.float16, "bf16": torch.bfloat16}
 CASES = [(name, impl) for name in FAMILY_NAMES for impl in ("eager", "sdpa")
          if impl == "eager" or not name.startswith("deberta")]  # DeBERTa has no sdpa in transformers 5
-CASES += [(name, impl) for name in DECODER_NAMES for impl in ("eager", "sdpa") if impl == "eager" or name in SDPA_DECODERS]
+CASES += [(name, impl) for name in DECODER_NAMES for impl in ("eager", "sdpa")
+          if impl == "eager" or name in SDPA_DECODERS]
 STOCK_FAILS_UNDER_AUTOCAST = {"deberta"}
 MIXED = [[layer, head] for layer in range(L) for head in range(H) if (layer + head) % 2 == 0]  # every layer mixes
 

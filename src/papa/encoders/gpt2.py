@@ -16,7 +16,8 @@ import torch
 from ..errors import PapaError
 from .base import Call, PapaAttention, attentions_requested, diagonal_validity
 from .causal import causal_band, causal_sdpa, masked_scores, refuse_cache
-from .pruning import head_rows, keep_conv1d_outputs
+from .fused import fused_queries_keys, fused_units, fused_values
+from .pruning import keep_conv1d_outputs
 
 
 class PapaGPT2Attention(PapaAttention):
@@ -35,11 +36,8 @@ class PapaGPT2Attention(PapaAttention):
         return self.attn_dropout.p
 
     def papa_values(self, call):
-        B, T, _ = call.hidden_states.shape
-        D, d = len(self.dynamic_heads), self.head_dim
         qkv = self.c_attn(call.hidden_states)  # (B, T, 2·D·d + H·d): [Q dynamic | K dynamic | V all]
-        call.extra["qk"] = qkv[..., : 2 * D * d]
-        return qkv[..., 2 * D * d :].view(B, T, self.num_heads, d)
+        return fused_values(call, qkv, self.num_heads, self.head_dim, len(self.dynamic_heads))
 
     def papa_validity(self, call):
         B, T, _ = call.hidden_states.shape
@@ -47,12 +45,7 @@ class PapaGPT2Attention(PapaAttention):
 
     def _queries_keys(self, call):
         """Queries and keys of the dynamic heads: (B, D, T, d) each."""
-        B, T, _ = call.hidden_states.shape
-        D, d = len(self.dynamic_heads), self.head_dim
-        qk = call.extra["qk"]
-        query = qk[..., : D * d].view(B, T, D, d).transpose(1, 2)
-        key = qk[..., D * d :].view(B, T, D, d).transpose(1, 2)
-        return query, key
+        return fused_queries_keys(call, len(self.dynamic_heads), self.head_dim)
 
     def papa_scores(self, call):
         query, key = self._queries_keys(call)
@@ -72,13 +65,9 @@ class PapaGPT2Attention(PapaAttention):
     def papa_prune(self, dynamic_heads):
         if self.is_cross_attention:
             raise PapaError("PAPA patches GPT-2's self-attention only, not cross-attention")
-        H, d = self.num_heads, self.head_dim
-        if len(dynamic_heads) == H:
+        if len(dynamic_heads) == self.num_heads:
             return  # nothing to prune: keep the stock projection (and any hooks on it)
-        hidden = H * d
-        outputs = torch.cat([head_rows(dynamic_heads, d), head_rows(dynamic_heads, d, hidden),
-                             head_rows(range(H), d, 2 * hidden)])
-        self.c_attn = keep_conv1d_outputs(self.c_attn, outputs)
+        self.c_attn = keep_conv1d_outputs(self.c_attn, fused_units(dynamic_heads, self.num_heads, self.head_dim))
 
     def papa_value_rows(self):  # c_attn after pruning: [Q dynamic | K dynamic | V all], units along weight dim 1
         offset = 2 * len(self.dynamic_heads) * self.head_dim

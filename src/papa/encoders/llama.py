@@ -29,7 +29,7 @@ import torch
 from ..errors import PapaError
 from .base import Call, PapaAttention, attentions_requested, diagonal_validity
 from .causal import causal_band, causal_sdpa, masked_scores, refuse_cache
-from .pruning import head_rows, keep_head_rows
+from .pruning import keep_head_rows
 
 
 class PapaLlamaAttention(PapaAttention):
@@ -124,8 +124,9 @@ class PapaLlamaAttention(PapaAttention):
 
     def papa_band(self, seq_len):
         # Mistral-like modules read the window from the config; Qwen2/Qwen3/Gemma2 set it per layer (None: global)
-        window = self.sliding_window if hasattr(self, "sliding_window") else getattr(self.config, "sliding_window", None)
-        return causal_band(seq_len, window)
+        if hasattr(self, "sliding_window"):
+            return causal_band(seq_len, self.sliding_window)
+        return causal_band(seq_len, getattr(self.config, "sliding_window", None))
 
 
 class PapaGemma2Attention(PapaLlamaAttention):
