@@ -3,11 +3,12 @@
 For GPT-2, Llama, Mistral, Qwen2, Qwen3, Gemma2, Gemma3 (text), Granite and SmolLM3 on tiny random models
 (grouped K/V, rotary, sliding windows, q/k norms, soft-capping; tests/tiny_decoders.py) and right-padded
 batches: 0 replaced heads = stock (eager and sdpa); one layer's probabilities and output recomputed head by
-head in numpy from the unpruned stock weights (replace and mix mode); fast path = probabilities path
-(outputs and gradients); λ → ±∞ limits; the exact attention of an example as constants reproduces the
-stock model on it; a constant head attends exactly where the stock heads may (causal band × window);
-pruned parameter counts (a K/V group's keys only when all its query heads are constant); save/reload;
-the clear errors. Averaging decoders is tested with the encoders' in tests/test_averaging.py.
+head in numpy from the unpruned stock weights (replace and mix mode); a constant head attends exactly where
+the stock heads may (causal band × window); pruned parameter counts (a K/V group's keys only when all its
+query heads are constant); save/reload; mean-output heads; the clear errors. The family-independent checks
+(fast path = probabilities path with gradients, λ → ±∞ limits, the exact attention of an example as
+constants reproducing it, padding content) and averaging run the decoders in tests/test_encoders.py and
+tests/test_averaging.py.
 """
 
 import copy
@@ -20,7 +21,8 @@ from torch.testing import assert_close
 import papa
 from papa.encoders import attention_modules
 from papa.errors import PapaError
-from test_encoders import np_, numpy_norm, run, softmax_rows  # the encoders' numpy helpers
+from test_encoders import (capture_layer, expected_probs, np_, numpy_norm, patch_and_capture,  # numpy helpers
+                           run, softmax_rows)
 from tiny_decoders import (D_HEAD, DECODER_NAMES, HIDDEN, KV, SDPA_DECODERS, H, L, T, decoder_class_name,
                            right_padded_batch, tiny_decoder, tiny_decoder_config)
 
@@ -85,19 +87,6 @@ def output_projection(name, a, context):
     return context @ np_(a.o_proj.weight).T + (np_(a.o_proj.bias) if a.o_proj.bias is not None else 0)
 
 
-def capture_layer(model, layer_index):
-    module = attention_modules(model)[layer_index]
-    captured = {}
-
-    def hook(mod, args, kwargs, output):
-        captured["x"] = args[0] if args else kwargs["hidden_states"]
-        captured["output"] = output
-        captured["rotary"] = kwargs.get("position_embeddings")
-
-    module.register_forward_hook(hook, with_kwargs=True)
-    return captured
-
-
 def randomise_norms(model):
     """Qwen3's and Gemma3's q/k norm weights start at 1 and 0; make them matter."""
     g = torch.Generator().manual_seed(3)
@@ -137,13 +126,7 @@ def test_layer_against_independent_numpy(name, mode, layer_index):
     constants = random_constants()
     static = {layer_index: [0, 1, 3]}  # heads 0 and 1 form K/V group 0: its keys are pruned
     lam = np.array([0.5, -1.0, 2.0, 0.0])
-    if mode == "mix":
-        papa.patch_model(model, constants, mix_all_heads=True)
-        with torch.no_grad():
-            attention_modules(model)[layer_index].lambdas.copy_(torch.tensor(lam))
-    else:
-        papa.patch_model(model, constants, static_heads=static)
-    captured = capture_layer(model, layer_index)
+    captured = patch_and_capture(model, constants, mode, layer_index, static, lam)
     ids, mask = right_padded_batch()
     with torch.no_grad():
         model(input_ids=ids, attention_mask=mask, output_attentions=True)
@@ -151,17 +134,8 @@ def test_layer_against_independent_numpy(name, mode, layer_index):
     for b in range(ids.shape[0]):
         valid = mask[b].numpy().astype(np.float64)
         stock_probs, v, band = reference_layer(name, stock_attention, np_(captured["x"][b]), valid,
-                                               captured["rotary"], layer_index)
-        expected = np.zeros_like(stock_probs)
-        for h in range(H):
-            const = numpy_norm(constants[layer_index, h].numpy(), valid, band)
-            if mode == "mix":
-                weight = 1 / (1 + np.exp(-lam[h]))
-                expected[h] = weight * stock_probs[h] + (1 - weight) * const
-            elif h in static[layer_index]:
-                expected[h] = const
-            else:  # dynamic heads of a layer with constants: padded query rows zeroed
-                expected[h] = numpy_norm(stock_probs[h], valid)
+                                               captured.get("position_embeddings"), layer_index)
+        expected = expected_probs(stock_probs, constants[layer_index], valid, band, mode, static[layer_index], lam)
         real = valid > 0
         assert np.triu(probs[b][:, real].numpy(), 1).max() == 0  # real queries never attend to the future
         if mode == "mix":  # padded query rows keep the stock softmax: compare real rows only
@@ -171,63 +145,6 @@ def test_layer_against_independent_numpy(name, mode, layer_index):
         context = np.einsum("hij,jhd->ihd", expected, v).reshape(T, H * D_HEAD)  # stock head order
         want = output_projection(name, stock_attention, context)
         np.testing.assert_allclose(output[b].numpy()[real], want[real], rtol=1e-4, atol=1e-5)
-
-
-@pytest.mark.parametrize("name", DECODER_NAMES)
-@pytest.mark.parametrize("heads", ["some", "all", "mix"])
-def test_fast_path_equals_probabilities_path_with_gradients(name, heads):
-    impl = "sdpa" if name in SDPA_DECODERS else "eager"
-    model = tiny_decoder(name, impl)
-    if heads == "mix":
-        papa.patch_model(model, random_constants(), mix_all_heads=True)
-        with torch.no_grad():
-            for i, module in enumerate(attention_modules(model)):
-                module.lambdas.copy_(torch.linspace(-2, 2, H) * (i + 1))
-    else:
-        static = all_heads() if heads == "all" else [[0, 1], [2, 0], [2, 3], [1, 2], [1, 0], [1, 1]]
-        papa.patch_model(model, random_constants(), static_heads=static)
-    ids, mask = right_padded_batch()
-    fast = model(input_ids=ids, attention_mask=mask)  # eval mode: no dropout, autograd on
-    slow = model(input_ids=ids, attention_mask=mask, output_attentions=True)
-    assert slow.attentions is not None and len(slow.attentions) == L
-    real = mask > 0
-    assert_close(fast.logits[real], slow.logits[real], rtol=1e-5, atol=1e-5)
-    fast.logits[real].sum().backward()
-    fast_grads = {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
-    model.zero_grad()
-    slow.logits[real].sum().backward()
-    for n, p in model.named_parameters():
-        if p.grad is not None:  # float32 sums of gradients up to ~10³ (Gemma2 scales its embeddings by √hidden)
-            assert_close(fast_grads[n], p.grad, rtol=1e-4, atol=1e-5 * max(1.0, p.grad.abs().max().item()))
-
-
-@pytest.mark.parametrize("name", DECODER_NAMES)
-def test_mix_limits(name):
-    ids, mask = right_padded_batch()
-    stock = tiny_decoder(name)
-    mixed = papa.patch_model(copy.deepcopy(stock), random_constants(), mix_all_heads=True)
-    constant = papa.patch_model(copy.deepcopy(stock), random_constants(), static_heads=all_heads())
-    real = mask > 0
-    for big, reference in [(50.0, stock), (-50.0, constant)]:
-        with torch.no_grad():
-            for module in attention_modules(mixed):
-                module.lambdas.fill_(big)
-        assert_close(run(mixed, ids, mask).logits[real], run(reference, ids, mask, use_cache=False).logits[real],
-                     rtol=1e-5, atol=1e-5)
-
-
-@pytest.mark.parametrize("name", DECODER_NAMES)
-def test_exact_attention_as_constants_reproduces_the_example(name):
-    """With every head constant and C = the stock attention of one example, the model is the stock
-    model on that example (padded or not: real positions agree)."""
-    stock = tiny_decoder(name)
-    for lengths in [(T,), (8,)]:
-        ids, mask = right_padded_batch(lengths=lengths)
-        reference = run(stock, ids, mask, output_attentions=True, use_cache=False)
-        exact = torch.stack([a[0] for a in reference.attentions])  # (L, H, T, T)
-        patched = papa.patch_model(copy.deepcopy(stock), exact, static_heads=all_heads())
-        real = mask > 0
-        assert_close(run(patched, ids, mask).logits[real], reference.logits[real], rtol=1e-5, atol=1e-5)
 
 
 @pytest.mark.parametrize("name", DECODER_NAMES)
@@ -244,17 +161,6 @@ def test_constant_heads_attend_where_the_stock_heads_may(name):
         assert torch.equal(got[layer][0] > 0, support)
         assert torch.equal(support[0], torch.tensor(band_of(name, layer) > 0))
         assert_close(got[layer][0], support / support.sum(-1, keepdim=True))
-
-
-@pytest.mark.parametrize("name", DECODER_NAMES)
-def test_padding_content_is_ignored(name):
-    for kwargs in [dict(static_heads=[[0, 0], [1, 1], [1, 2]]), dict(mix_all_heads=True), {}]:
-        model = papa.patch_model(tiny_decoder(name), random_constants(), **kwargs)
-        ids, mask = right_padded_batch()
-        other = ids.clone()
-        other[mask == 0] = 7
-        assert_close(run(model, ids, mask).logits[mask == 1], run(model, other, mask).logits[mask == 1],
-                     rtol=1e-5, atol=1e-6)
 
 
 def expected_pruned(name, model, static):

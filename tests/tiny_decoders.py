@@ -81,11 +81,13 @@ def right_padded_batch(seed=2, lengths=(T, 7, 3), vocab_size=120):
 
 
 def tiny_family_model(name, impl="eager", head="sequence", seed=0):
-    """A tiny random model of any family, encoder (tests/tiny_encoders.py) or decoder: the same L, H, T."""
+    """A tiny random model of any family, encoder (tests/tiny_encoders.py) or decoder: the same L, H, T.
+    A decoder family without the head asked for (Granite's classifiers, Gemma3's token classifier) gets its
+    causal LM head: logits per position, as a token classifier's."""
     from tiny_encoders import tiny_model
 
     if name in DECODER_NAMES:
-        return tiny_decoder(name, impl, head=head, seed=seed)
+        return tiny_decoder(name, impl, head=head if decoder_class_name(name, head) else "causal", seed=seed)
     return tiny_model(name, impl, head=head, seed=seed)
 
 
