@@ -277,3 +277,25 @@ def test_mean_outputs_of_one_example_reproduce_it(name):
     real = mask == 1
     assert_close(run(ablated, ids, mask).logits[real], run(stock, ids, mask, use_cache=False).logits[real],
                  rtol=1e-5, atol=1e-5)
+
+
+def test_gpt2_layer_scaled_and_upcast_attention():
+    """GPT-2's options scale_attn_by_inverse_layer_idx (logits / (layer + 1)) and reorder_and_upcast_attn
+    (float32 logits): 0 replaced = stock, and the exact attention of an example as constants reproduces it."""
+    import transformers
+
+    config = tiny_decoder_config("gpt2")
+    config.scale_attn_by_inverse_layer_idx = config.reorder_and_upcast_attn = True
+    torch.manual_seed(0)
+    stock = transformers.GPT2LMHeadModel(config).eval()
+    ids, mask = right_padded_batch()
+    reference = run(stock, ids, mask, output_attentions=True, use_cache=False)
+    patched = papa.patch_model(copy.deepcopy(stock), random_constants())
+    got = run(patched, ids, mask, output_attentions=True)
+    assert_close(got.logits, reference.logits, rtol=1e-5, atol=1e-6)
+    for g, w in zip(got.attentions, reference.attentions):
+        assert_close(g, w, rtol=1e-5, atol=1e-6)
+    assert mask[0].all()
+    exact = torch.stack([a[0] for a in reference.attentions])  # example 0's: it has no padding
+    constant = papa.patch_model(copy.deepcopy(stock), exact, static_heads=all_heads())
+    assert_close(run(constant, ids, mask).logits[0], reference.logits[0], rtol=1e-5, atol=1e-5)
