@@ -1,4 +1,4 @@
-"""The forward of a PAPA self-attention module, shared by every encoder family.
+"""The forward of a PAPA self-attention module, shared by every family (encoders and decoders).
 
 `patch_model` swaps the class of each stock self-attention module for a subclass that mixes in
 `PapaAttention` and one family adapter (papa/encoders/<family>.py). The adapter knows the
