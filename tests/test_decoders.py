@@ -21,7 +21,7 @@ from torch.testing import assert_close
 import papa
 from papa.encoders import attention_modules
 from papa.errors import PapaError
-from layer_reference import capture_layer, expected_probs, np_, numpy_norm, patch_and_capture, run, softmax_rows
+from layer_reference import capture_layer, expected_probs, np_, patch_and_capture, run, softmax_rows
 from tiny_decoders import (D_HEAD, DECODER_NAMES, HIDDEN, KV, SDPA_DECODERS, H, L, T, decoder_class_name,
                            right_padded_batch, tiny_decoder, tiny_decoder_config)
 

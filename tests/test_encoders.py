@@ -23,7 +23,7 @@ from torch.testing import assert_close
 import papa
 from papa.encoders import attention_modules, family_for
 from papa.errors import PapaError
-from layer_reference import capture_layer, expected_probs, np_, numpy_norm, patch_and_capture, run, softmax_rows
+from layer_reference import expected_probs, np_, patch_and_capture, run, softmax_rows
 from tiny_decoders import DECODER_NAMES, SDPA_DECODERS, family_batch, tiny_family_model
 from tiny_encoders import FAMILY_NAMES, HIDDEN, H, L, T, padded_batch, tiny_model
 
