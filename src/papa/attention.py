@@ -7,9 +7,9 @@ with a trainable weight: σ(λ)·A + (1−σ(λ))·norm(C). The math is the orig
 (Hassid et al., 2022) and lives in papa/constant_math.py; the forward shared by every family in
 papa/encoders/base.py; what differs per family (BERT, RoBERTa, XLM-R, CamemBERT, ELECTRA,
 DeBERTa v1/v2/v3, ModernBERT; the decoders GPT-2, Llama, Mistral, Qwen2, Qwen3, Gemma2, Gemma3
-(text), Granite, SmolLM3) in one
-adapter each under papa/encoders/. A decoder's constant head attends inside its causal band
-(papa/encoders/causal.py); its heads are the query heads, whatever its key/value grouping.
+(text), Granite, SmolLM3) in one adapter each under papa/encoders/. A decoder's constant head
+attends inside its causal band (papa/encoders/causal.py); its heads are the query heads, whatever
+its key/value grouping.
 
 The patch swaps the class of each existing self-attention module for a subclass of the stock
 one, so output-recording hooks (matched with `isinstance`, possibly installed already) keep working.

@@ -43,7 +43,7 @@ Adapter hooks (all take the `Call` made by `papa_call` from the stock forward's 
     papa_value_rows() -> [(owner, name, offset[, dim])]   where the H·d value rows live (parameters permuted
                                                by `papa_head_order`: row offset + h·d + [0, d) of head h, along
                                                `dim`, 0 unless given; [] when values are gathered per call)
-    papa_band(seq_len) -> (T, T) or None       where a constant head may attend (sliding windows)
+    papa_band(seq_len) -> (T, T) or None       where a constant head may attend (sliding windows, causal band)
     papa_dropout_p                             attention-probability dropout
 """
 
