@@ -133,7 +133,7 @@ def capture_layer(model, layer_index):
     captured = {}
 
     def hook(mod, args, kwargs, output):
-        captured["x"] = args[0]
+        captured["x"] = args[0] if args else kwargs["hidden_states"]  # decoder layers pass it by name
         captured["output"] = output
         captured.update({k: v for k, v in kwargs.items() if k in ("position_embeddings", "rel_embeddings")})
 

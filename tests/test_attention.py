@@ -234,10 +234,11 @@ def test_clear_errors(tmp_path):
     torch.save({"not": "a tensor"}, tmp_path / "avgs.pt")
     with pytest.raises(PapaError, match="not a"):
         papa.patch_model(tiny_model("bert", "sdpa"), tmp_path)
-    from transformers import GPT2Config, GPT2Model
+    from transformers import OPTConfig, OPTModel  # a family PAPA does not support
 
-    with pytest.raises(PapaError, match="GPT2Model"):
-        papa.patch_model(GPT2Model(GPT2Config(n_layer=1, n_head=2, n_embd=8)), random_constants())
+    with pytest.raises(PapaError, match="OPTModel"):
+        papa.patch_model(OPTModel(OPTConfig(num_hidden_layers=1, num_attention_heads=2, hidden_size=8, ffn_dim=8,
+                                            word_embed_proj_dim=8)), random_constants())
     model = papa.patch_model(tiny_model("bert", "sdpa"), random_constants(), static_heads=[[0, 0]])
     with pytest.raises(PapaError, match="already"):
         papa.patch_model(model, random_constants())

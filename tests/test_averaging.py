@@ -10,11 +10,14 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 from torch.testing import assert_close
 from transformers import BertConfig, BertModel
+from transformers.pytorch_utils import Conv1D
 
 from papa.averaging import AttentionAverager, accumulate_attention, shard
 from papa.encoders import attention_modules
+from tiny_decoders import DECODER_NAMES, SDPA_DECODERS, family_batch, tiny_family_model
 from tiny_encoders import FAMILY_NAMES, H as FH, L as FL, T as FT
-from tiny_encoders import padded_batch as family_batch, tiny_model as tiny_family_model
+
+ALL_FAMILIES = FAMILY_NAMES + DECODER_NAMES  # encoders and decoders: the same L, H, T
 
 L, H, T = 2, 3, 8
 
@@ -176,10 +179,11 @@ def test_mean_outputs_equal_direct_computation(tmp_path):
     assert torch.load(tmp_path / "mean_outputs.pt", weights_only=True).shape == (L, H, T, d)
 
 
-@pytest.mark.parametrize("name", FAMILY_NAMES)
+@pytest.mark.parametrize("name", ALL_FAMILIES)
 def test_every_family_averages_equal_direct_computation(name):
-    """Stock sdpa models are averaged too (switched to eager for the pass, then restored)."""
-    impl = "eager" if name.startswith("deberta") else "sdpa"
+    """Stock sdpa models are averaged too (switched to eager for the pass, then restored). A decoder's averages
+    (one matrix per query head, whatever its K/V grouping) are lower-triangular, as every causal head is."""
+    impl = "eager" if name.startswith("deberta") or name in set(DECODER_NAMES) - set(SDPA_DECODERS) else "sdpa"
     model = tiny_family_model(name, impl, head="base")
     ids, mask = family_batch(name, lengths=(FT, 7, 3, 9, 1))
     averager = accumulate_attention(model, batches(ids, mask, 2), FT)
@@ -195,6 +199,8 @@ def test_every_family_averages_equal_direct_computation(name):
                 sums[layer] += att[layer][0].numpy().astype(np.float64) * p
     np.testing.assert_allclose(averager.attention_sums.numpy(), sums, rtol=1e-5, atol=1e-6)
     np.testing.assert_allclose(averager.pattern_sums.numpy(), patterns)
+    if name in DECODER_NAMES:
+        assert torch.equal(averager.averages().triu(1), torch.zeros(FL, FH, FT, FT))
     # no hook is left behind: a later forward records nothing
     before = averager.attention_sums.clone()
     with torch.no_grad():
@@ -218,12 +224,13 @@ def test_mean_outputs_of_one_example_reproduce_it(name):
     assert_close(got[mask == 1], want[mask == 1], rtol=1e-5, atol=1e-5)
 
 
-@pytest.mark.parametrize("name", FAMILY_NAMES)
+@pytest.mark.parametrize("name", ALL_FAMILIES)
 def test_averaging_a_partly_patched_model_reports_stock_head_order(name):
     """A patched layer lays its heads out [dynamic | replaced]; the averages come back in the stock order.
 
     Only the last layer is patched, so its dynamic heads see the stock inputs and must average as the
-    stock heads do; its mean-output heads attend nowhere and output exactly their given means.
+    stock heads do; its mean-output heads attend nowhere and output exactly their given means. (In the
+    grouped-K/V decoders each replaced head shares its K/V group with a dynamic one.)
     """
     from papa import patch_model
 
@@ -258,7 +265,7 @@ def modules_started(encoder, run):
 
 
 @pytest.mark.parametrize("mean_outputs", [False, True], ids=["attention", "mean_outputs"])
-@pytest.mark.parametrize("name", FAMILY_NAMES)
+@pytest.mark.parametrize("name", ALL_FAMILIES)
 def test_the_averaging_forward_ends_after_the_last_layers_statistics(name, mean_outputs):
     """The pass starts a plain forward's modules in its order up to the last layer's attention (and, for
     mean outputs, the projection reading its heads), then stops: that layer's feed-forward never runs."""
@@ -272,5 +279,5 @@ def test_the_averaging_forward_ends_after_the_last_layers_statistics(name, mean_
     modules = dict(model.named_modules())
     last_attention = next(n for n, m in modules.items() if m is attention_modules(model)[-1])
     assert last_attention in ran
-    skipped_linears = [n for n in full[len(ran):] if isinstance(modules[n], torch.nn.Linear)]
+    skipped_linears = [n for n in full[len(ran):] if isinstance(modules[n], (torch.nn.Linear, Conv1D))]  # GPT-2: Conv1D
     assert len(skipped_linears) >= 2, skipped_linears  # the last feed-forward block's two (or more)

@@ -13,18 +13,21 @@ import torch
 from torch.testing import assert_close
 
 import papa
-from tiny_encoders import FAMILY_NAMES, H, L, T, padded_batch, tiny_model
+from tiny_decoders import DECODER_NAMES, tiny_family_model
+from tiny_decoders import family_batch as padded_batch
+from tiny_encoders import FAMILY_NAMES, H, L, T
 
 MIXED = [[layer, head] for layer in range(L) for head in range(H) if (layer + head) % 2 == 0]
 CASES = [(name, impl) for name in FAMILY_NAMES for impl in ("eager", "sdpa")
          if impl == "eager" or not name.startswith("deberta")]
+CASES += [(name, "eager") for name in DECODER_NAMES]  # both paths; sdpa changes only the mask's dtype (~7 s a case)
 
 
 def patched(name, impl, head="sequence", **kwargs):
     constants = torch.rand(L, H, T, T, generator=torch.Generator().manual_seed(1))
     constants[:, :, -4:] = 0
     options = {"mix_all_heads": True} if kwargs.pop("mix", False) else {"static_heads": MIXED}
-    return papa.patch_model(tiny_model(name, impl, head=head), constants, **options, **kwargs)
+    return papa.patch_model(tiny_family_model(name, impl, head=head), constants, **options, **kwargs)
 
 
 @pytest.fixture(autouse=True)
@@ -67,7 +70,7 @@ def ranking_step(model, ids, mask, labels):
     return loss
 
 
-@pytest.mark.parametrize("name", ["bert", "deberta-v2"])  # ~30 s each here; inference covers every family
+@pytest.mark.parametrize("name", ["bert", "deberta-v2", "llama"])  # ~30 s each here; inference covers every family
 def test_a_ranking_step_compiles_and_matches_eager(name):
     """Mix mode in training: without dropout (the fast path) the compiled step's gradients equal eager's; with
     attention dropout (the probabilities path) it compiles too (its masks come from the compiled graph's RNG, so

@@ -11,6 +11,8 @@ from torch.testing import assert_close
 
 import papa
 from test_precision import CASES, MIXED, PRECISIONS, check_forward_error, constants_with_zero_rows
+from tiny_decoders import family_batch
+from tiny_decoders import tiny_family_model as family_model
 from tiny_encoders import padded_batch, tiny_model
 
 pytestmark = [pytest.mark.cuda,
@@ -25,9 +27,9 @@ def test_cuda_forward_error_within_the_stock_models_own(name, impl, precision):
 
 @pytest.mark.parametrize("name,impl", CASES)
 def test_cuda_no_replaced_heads_is_stock(name, impl):
-    ids, mask = (t.cuda() for t in padded_batch(name))
-    stock = tiny_model(name, impl).cuda()
-    model = papa.patch_model(tiny_model(name, impl), constants_with_zero_rows(), static_heads=[]).cuda()
+    ids, mask = (t.cuda() for t in family_batch(name))
+    stock = family_model(name, impl).cuda()
+    model = papa.patch_model(family_model(name, impl), constants_with_zero_rows(), static_heads=[]).cuda()
     with torch.no_grad():
         assert_close(model(input_ids=ids, attention_mask=mask).logits, stock(input_ids=ids, attention_mask=mask).logits,
                      atol=1e-5, rtol=1e-5)

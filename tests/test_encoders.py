@@ -1,9 +1,13 @@
 """Every encoder family against stock transformers and against an independent numpy computation.
 
+The family-independent checks (fast path = probabilities path, λ limits, exact attention as constants,
+padding content) run the decoder families of tests/tiny_decoders.py too; their own checks are in
+tests/test_decoders.py.
+
 For each family (BERT, RoBERTa, XLM-R, CamemBERT, ELECTRA, DeBERTa v1, DeBERTa-v2 in two
 styles, ModernBERT with sliding-window layers) on tiny random models and padded batches:
 0 replaced heads = stock; one layer's probabilities and output recomputed head by head in numpy
-from the unpruned stock weights (numpy_attention.py; replace and mix mode); fast path = probabilities path (outputs
+from the unpruned stock weights (replace and mix mode); fast path = probabilities path (outputs
 and gradients); λ → ±∞ limits; the exact attention of an example as constants reproduces the
 stock model on that example; pruned parameter counts; padding content is ignored.
 """
@@ -16,20 +20,23 @@ import torch
 from torch.testing import assert_close
 
 import papa
-from numpy_attention import D_HEAD, capture_layer, np_, numpy_norm, reference_layer
 from papa.encoders import attention_modules, family_for
 from papa.errors import PapaError
+from layer_reference import expected_probs, patch_and_capture, run
+from numpy_attention import np_, reference_layer
+from tiny_decoders import DECODER_NAMES, SDPA_DECODERS, family_batch, tiny_family_model
 from tiny_encoders import FAMILY_NAMES, HIDDEN, H, L, T, padded_batch, random_constants, tiny_model
+
+D_HEAD = HIDDEN // H
 SDPA_FAMILIES = [n for n in FAMILY_NAMES if not n.startswith("deberta")]  # DeBERTa has no sdpa in transformers 5
+ALL_FAMILIES = FAMILY_NAMES + DECODER_NAMES  # the tests below that take both run the decoders of tiny_decoders.py too
 
 
 def all_heads():
     return [[layer, head] for layer in range(L) for head in range(H)]
 
 
-def run(model, ids, mask, **kwargs):
-    with torch.no_grad():
-        return model(input_ids=ids, attention_mask=mask, **kwargs)
+# ----------------------------------------------------------------------------- numpy references
 
 
 # ----------------------------------------------------------------------------- tests
@@ -62,13 +69,7 @@ def test_layer_against_independent_numpy(name, mode):
     constants = random_constants()
     static = {layer_index: [0, 2]}
     lam = np.array([0.5, -1.0, 2.0, 0.0])
-    if mode == "mix":
-        papa.patch_model(model, constants, mix_all_heads=True)
-        with torch.no_grad():
-            attention_modules(model)[layer_index].lambdas.copy_(torch.tensor(lam))
-    else:
-        papa.patch_model(model, constants, static_heads=static)
-    captured = capture_layer(model, layer_index)
+    captured = patch_and_capture(model, constants, mode, layer_index, static, lam)
     ids, mask = padded_batch(name)
     with torch.no_grad():
         model(input_ids=ids, attention_mask=mask, output_attentions=True)
@@ -76,16 +77,7 @@ def test_layer_against_independent_numpy(name, mode):
     for b in range(ids.shape[0]):
         valid = mask[b].numpy().astype(np.float64)
         stock_probs, v, band = reference_layer(name, stock_attention, np_(captured["x"][b]), valid, captured)
-        expected = np.zeros_like(stock_probs)
-        for h in range(H):
-            const = numpy_norm(constants[layer_index, h].numpy(), valid, band)
-            if mode == "mix":
-                weight = 1 / (1 + np.exp(-lam[h]))
-                expected[h] = weight * stock_probs[h] + (1 - weight) * const
-            elif h in static[layer_index]:
-                expected[h] = const
-            else:  # dynamic heads of a layer with constants: padded query rows zeroed
-                expected[h] = numpy_norm(stock_probs[h], valid)
+        expected = expected_probs(stock_probs, constants[layer_index], valid, band, mode, static[layer_index], lam)
         real = valid > 0
         if mode == "mix":  # padded query rows keep the stock softmax: compare real rows only
             np.testing.assert_allclose(probs[b][:, real].numpy(), expected[:, real], rtol=1e-5, atol=1e-6)
@@ -100,20 +92,20 @@ def test_layer_against_independent_numpy(name, mode):
         np.testing.assert_allclose(got[real], want[real], rtol=1e-4, atol=1e-5)
 
 
-@pytest.mark.parametrize("name", FAMILY_NAMES)
+@pytest.mark.parametrize("name", ALL_FAMILIES)
 @pytest.mark.parametrize("heads", ["some", "all", "mix"])
 def test_fast_path_equals_probabilities_path_with_gradients(name, heads):
-    impl = "sdpa" if name in SDPA_FAMILIES else "eager"
-    model = tiny_model(name, impl, head="token")
+    impl = "sdpa" if name in SDPA_FAMILIES + SDPA_DECODERS else "eager"
+    model = tiny_family_model(name, impl, head="token")
     if heads == "mix":
         papa.patch_model(model, random_constants(), mix_all_heads=True)
         with torch.no_grad():
             for i, module in enumerate(attention_modules(model)):
                 module.lambdas.copy_(torch.linspace(-2, 2, H) * (i + 1))
     else:
-        static = all_heads() if heads == "all" else [[0, 1], [2, 0], [2, 3], [1, 2], [1, 0]]
+        static = all_heads() if heads == "all" else [[0, 1], [2, 0], [2, 3], [1, 2], [1, 0], [1, 1]]
         papa.patch_model(model, random_constants(), static_heads=static)
-    ids, mask = padded_batch(name)
+    ids, mask = family_batch(name)
     fast = model(input_ids=ids, attention_mask=mask)  # eval mode: no dropout, autograd on
     slow = model(input_ids=ids, attention_mask=mask, output_attentions=True)
     assert slow.attentions is not None and len(slow.attentions) == L
@@ -124,30 +116,33 @@ def test_fast_path_equals_probabilities_path_with_gradients(name, heads):
     model.zero_grad()
     slow.logits[real].sum().backward()
     for n, p in model.named_parameters():
-        if p.grad is not None:
-            assert_close(fast_grads[n], p.grad, rtol=1e-4, atol=1e-5)
+        if p.grad is not None:  # float32 sums of gradients up to ~10³ (Gemma2 scales its embeddings by √hidden)
+            assert_close(fast_grads[n], p.grad, rtol=1e-4, atol=1e-5 * max(1.0, p.grad.abs().max().item()))
 
 
-@pytest.mark.parametrize("name", FAMILY_NAMES)
+@pytest.mark.parametrize("name", ALL_FAMILIES)
 def test_mix_limits(name):
-    ids, mask = padded_batch(name)
-    stock = tiny_model(name)
+    ids, mask = family_batch(name)
+    stock = tiny_family_model(name)
     mixed = papa.patch_model(copy.deepcopy(stock), random_constants(), mix_all_heads=True)
     constant = papa.patch_model(copy.deepcopy(stock), random_constants(), static_heads=all_heads())
     for big, reference in [(50.0, stock), (-50.0, constant)]:
         with torch.no_grad():
             for module in attention_modules(mixed):
                 module.lambdas.fill_(big)
-        assert_close(run(mixed, ids, mask).logits, run(reference, ids, mask).logits, rtol=1e-5, atol=1e-5)
+        got, want = run(mixed, ids, mask).logits, run(reference, ids, mask).logits
+        if got.dim() == 3:  # per-position logits (a decoder's LM head): real positions
+            got, want = got[mask > 0], want[mask > 0]
+        assert_close(got, want, rtol=1e-5, atol=1e-5)
 
 
-@pytest.mark.parametrize("name", FAMILY_NAMES)
+@pytest.mark.parametrize("name", ALL_FAMILIES)
 def test_exact_attention_as_constants_reproduces_the_example(name):
     """With every head constant and C = the stock attention of one example, the model is the stock
     model on that example (padded or not: real positions agree)."""
-    stock = tiny_model(name, head="token")
+    stock = tiny_family_model(name, head="token")
     for lengths in [(T,), (8,)]:
-        ids, mask = padded_batch(name, lengths=lengths)
+        ids, mask = family_batch(name, lengths=lengths)
         reference = run(stock, ids, mask, output_attentions=True)
         exact = torch.stack([a[0] for a in reference.attentions])  # (L, H, T, T)
         patched = papa.patch_model(copy.deepcopy(stock), exact, static_heads=all_heads())
@@ -155,11 +150,11 @@ def test_exact_attention_as_constants_reproduces_the_example(name):
         assert_close(run(patched, ids, mask).logits[real], reference.logits[real], rtol=1e-5, atol=1e-5)
 
 
-@pytest.mark.parametrize("name", FAMILY_NAMES)
+@pytest.mark.parametrize("name", ALL_FAMILIES)
 def test_padding_content_is_ignored(name):
     for kwargs in [dict(static_heads=[[0, 0], [1, 1], [1, 2]]), dict(mix_all_heads=True), {}]:
-        model = papa.patch_model(tiny_model(name, head="token"), random_constants(), **kwargs)
-        ids, mask = padded_batch(name)
+        model = papa.patch_model(tiny_family_model(name, head="token"), random_constants(), **kwargs)
+        ids, mask = family_batch(name)
         other = ids.clone()
         other[mask == 0] = 7
         assert_close(run(model, ids, mask).logits[mask == 1], run(model, other, mask).logits[mask == 1],
@@ -229,10 +224,11 @@ def test_deberta_talking_head_is_a_clear_error():
 
 
 def test_unsupported_model_lists_the_supported_types():
-    from transformers import GPT2Config, GPT2Model
+    from transformers import OPTConfig, OPTModel
 
     with pytest.raises(PapaError, match="deberta-v2.*modernbert|modernbert.*deberta"):
-        papa.patch_model(GPT2Model(GPT2Config(n_layer=1, n_head=2, n_embd=8)), random_constants())
+        papa.patch_model(OPTModel(OPTConfig(num_hidden_layers=1, num_attention_heads=2, hidden_size=8, ffn_dim=8,
+                                            word_embed_proj_dim=8)), random_constants())
 
 
 @pytest.mark.parametrize("name", FAMILY_NAMES)

@@ -155,11 +155,13 @@ def test_mode_and_model_errors(expect_error, tmp_path, cola_dir):
                  r"--max_length must be positive")
     expect_error("run_papa_glue_avgs_creator.py", ["--task_name", "cola", "--data_dir", cola_dir, "--max_length", "513"],
                  r"513.*512")
-    from transformers import GPT2Config
+    from transformers import OPTConfig  # a family PAPA does not support
 
-    gpt2 = tmp_path / "gpt2"
-    GPT2Config(n_layer=1, n_head=2, n_embd=8).save_pretrained(gpt2)
-    expect_error("run_papa_glue.py", probing_args(cola_dir, "--model_name_or_path", gpt2), r"model types bert, roberta.*gpt2")
+    opt = tmp_path / "opt"
+    OPTConfig(num_hidden_layers=1, num_attention_heads=2, hidden_size=8, ffn_dim=8,
+              word_embed_proj_dim=8).save_pretrained(opt)
+    expect_error("run_papa_glue.py", probing_args(cola_dir, "--model_name_or_path", opt),
+                 r"model types bert, roberta.*'opt'")
 
 
 def test_debug_shows_the_traceback(capsys, monkeypatch, tmp_path):

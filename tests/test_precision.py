@@ -17,13 +17,17 @@ import torch
 
 import papa
 from papa.constant_math import constant_attention_output, constants_in, normalize_rows, normalized_constant
-from tiny_encoders import FAMILY_NAMES, H, L, T, padded_batch, tiny_model
+from tiny_decoders import DECODER_NAMES, SDPA_DECODERS, family_batch
+from tiny_decoders import tiny_family_model as family_model
+from tiny_encoders import FAMILY_NAMES, H, L, T
 
 RATIO = 3.0  # the issue's "no worse than ~3x the stock model's own error"
 PRECISIONS = ("autocast-fp16", "autocast-bf16", "cast-fp16", "cast-bf16")
 DTYPE = {"fp16": torch.float16, "bf16": torch.bfloat16}
 CASES = [(name, impl) for name in FAMILY_NAMES for impl in ("eager", "sdpa")
          if impl == "eager" or not name.startswith("deberta")]  # DeBERTa has no sdpa in transformers 5
+CASES += [(name, impl) for name in DECODER_NAMES for impl in ("eager", "sdpa")
+          if impl == "eager" or name in SDPA_DECODERS]
 STOCK_FAILS_UNDER_AUTOCAST = {"deberta"}
 MIXED = [[layer, head] for layer in range(L) for head in range(H) if (layer + head) % 2 == 0]  # every layer mixes
 
@@ -78,8 +82,8 @@ def stock_error(base, precision, ids, mask, name, device="cpu"):
 
 def check_forward_error(name, impl, precision, device="cpu"):
     """Every mode and path of a patched `name` model in `precision` against its own float32 output on `device`."""
-    ids, mask = padded_batch(name)
-    base = tiny_model(name, impl, head="base")
+    ids, mask = family_batch(name)
+    base = family_model(name, impl, head="base")
     allowed = RATIO * stock_error(base, precision, ids, mask, name, device)
     for mode in ("replace", "mix", "mean_output"):
         model = patched(base, mode)
@@ -121,11 +125,12 @@ def relative_error(got, want):
     return ((got - want).norm() / want.norm().clamp_min(1e-30)).item()
 
 
-ATTENTION_WEIGHTS = ("value.weight", "value_proj.weight", "in_proj.weight", "Wqkv.weight")  # per family, every layer
+ATTENTION_WEIGHTS = ("value.weight", "value_proj.weight", "in_proj.weight", "Wqkv.weight", "v_proj.weight",
+                     "c_attn.weight")  # per family, every layer
 
 
 @pytest.mark.parametrize("precision", PRECISIONS)
-@pytest.mark.parametrize("name", ["bert", "deberta", "deberta-v2", "modernbert"])
+@pytest.mark.parametrize("name", ["bert", "deberta", "deberta-v2", "modernbert", "llama", "qwen3", "gpt2"])
 def test_ranking_run_backward_is_finite_and_close_to_fp32(name, precision):
     """Mix mode in training (the ranking run): every gradient finite; the PAPA parameters' gradients (λ, C in
     every layer) and the attention weights' within RATIO x the worst relative error the stock model makes in its
@@ -134,10 +139,14 @@ def test_ranking_run_backward_is_finite_and_close_to_fp32(name, precision):
     As in a real ranking run, no example reaches the constants' zero rows (they are zero because no training
     example does). Were one to, F.normalize's gradient there would be upstream / 1e-12 in float32, as in the
     original code; that is left as it is.
+
+    Gemma2 is left out: there the last layer's λ gradients come out 4-6x the stock attention weights' relative
+    error in float16/bfloat16 (its value gradients match the stock model's; the same with soft-capping off), which
+    this yardstick does not allow; the cause is not established.
     """
-    ids, mask = padded_batch(name, lengths=(T - 4, 7, 3))
+    ids, mask = family_batch(name, lengths=(T - 4, 7, 3))
     labels = torch.tensor([0, 1, 2])
-    base = tiny_model(name, "eager")
+    base = family_model(name, "eager")
     stock_precision = precision
     if name in STOCK_FAILS_UNDER_AUTOCAST and precision.startswith("autocast"):
         stock_precision = precision.replace("autocast", "cast")  # see the module docstring

@@ -1,4 +1,4 @@
-"""`patch_model`: make chosen attention heads of a loaded encoder constant, in place.
+"""`patch_model`: make chosen attention heads of a loaded encoder or decoder constant, in place.
 
 Instead of softmax(QKᵀ/√d) a constant head uses a fixed T×T matrix C (the head's average
 attention over the training set, `avgs.pt`), re-normalised to the padding of each example; its
@@ -6,7 +6,10 @@ query/key projections are pruned away. In mix mode ("sort calculating") every he
 with a trainable weight: σ(λ)·A + (1−σ(λ))·norm(C). The math is the original PAPA code's
 (Hassid et al., 2022) and lives in papa/constant_math.py; the forward shared by every family in
 papa/encoders/base.py; what differs per family (BERT, RoBERTa, XLM-R, CamemBERT, ELECTRA,
-DeBERTa v1/v2/v3, ModernBERT) in one adapter each under papa/encoders/.
+DeBERTa v1/v2/v3, ModernBERT; the decoders GPT-2, Llama, Mistral, Qwen2, Qwen3, Gemma2, Gemma3
+(text), Granite, SmolLM3) in one adapter each under papa/encoders/. A decoder's constant head
+attends inside its causal band (papa/encoders/causal.py); its heads are the query heads, whatever
+its key/value grouping.
 
 The patch swaps the class of each existing self-attention module for a subclass of the stock
 one, so output-recording hooks (matched with `isinstance`, possibly installed already) keep working.
@@ -42,9 +45,15 @@ def _load_tensor(source, default_name, what, producer):
     return tensor, f"the {what} in {path}"
 
 
-def _check_head_tensor(tensor, what, num_layers, num_heads):
+def _check_head_tensor(tensor, what, num_layers, num_heads, num_kv_heads=None):
     if not torch.isfinite(tensor).all():
         raise PapaError(f"{what} contain NaN or infinite values; recompute them")
+    if num_kv_heads not in (None, num_heads) and tensor.dim() >= 2 and tensor.shape[1] == num_kv_heads:
+        raise PapaError(
+            f"{what} have {num_kv_heads} heads per layer, the model's key/value heads, but PAPA's heads are its "
+            f"{num_heads} query heads (num_attention_heads): recompute them with papa's averaging, which records "
+            "one matrix per query head"
+        )
     if num_layers is not None and tuple(tensor.shape[:2]) != (num_layers, num_heads):
         raise PapaError(
             f"{what} have {tensor.shape[0]} layers x {tensor.shape[1]} heads, "
@@ -53,26 +62,27 @@ def _check_head_tensor(tensor, what, num_layers, num_heads):
     return tensor.float()
 
 
-def load_constant_matrices(source, num_layers=None, num_heads=None):
+def load_constant_matrices(source, num_layers=None, num_heads=None, num_kv_heads=None):
     """A [L, H, T, T] float tensor from a tensor, an `avgs.pt` file, or a folder holding one.
 
-    With num_layers and num_heads (the model's), L x H must match them.
+    With num_layers and num_heads (the model's), L x H must match them; num_kv_heads (a decoder's grouped
+    key/value heads) names the mistake of averages computed per key/value head.
     """
     tensor, what = _load_tensor(source, "avgs.pt", "constant matrices",
                                 "run run_papa_*_avgs_creator.py first and pass its --output_dir as --static_heads_dir")
     if tensor.dim() != 4 or tensor.shape[-1] != tensor.shape[-2]:
         raise PapaError(f"constant matrices must have shape [layers, heads, T, T]; got {list(tensor.shape)}")
-    return _check_head_tensor(tensor, what, num_layers, num_heads)
+    return _check_head_tensor(tensor, what, num_layers, num_heads, num_kv_heads)
 
 
-def load_mean_outputs(source, num_layers=None, num_heads=None, head_dim=None):
+def load_mean_outputs(source, num_layers=None, num_heads=None, head_dim=None, num_kv_heads=None):
     """A [L, H, T, d] float tensor of mean head outputs from a tensor, `mean_outputs.pt` or its folder."""
     tensor, what = _load_tensor(source, "mean_outputs.pt", "mean head outputs",
                                 "run the averaging script with --mean_outputs first")
     if tensor.dim() != 4 or (head_dim is not None and tensor.shape[-1] != head_dim):
         raise PapaError(f"mean head outputs must have shape [layers, heads, T, {head_dim or 'd'}]; "
                         f"got {list(tensor.shape)}")
-    return _check_head_tensor(tensor, what, num_layers, num_heads)
+    return _check_head_tensor(tensor, what, num_layers, num_heads, num_kv_heads)
 
 
 def static_heads_by_layer(static_heads, num_layers, num_heads):
@@ -101,17 +111,19 @@ def static_heads_by_layer(static_heads, num_layers, num_heads):
 
 
 def head_dim(config_or_model):
-    """Per-head size d of the attention (DeBERTa-v2 configs may set it apart from hidden/heads)."""
+    """Per-head size d of the attention (DeBERTa-v2 and Llama-like configs may set it apart from hidden/heads)."""
     config = getattr(config_or_model, "config", config_or_model)
-    return getattr(config, "attention_head_size", None) or config.hidden_size // config.num_attention_heads
+    explicit = getattr(config, "attention_head_size", None) or getattr(config, "head_dim", None)
+    return explicit or config.hidden_size // config.num_attention_heads
 
 
 def patch_model(model, constant_matrices=None, static_heads=None, mix_all_heads=False, mean_outputs=None,
                 reorder=True):
-    """Install PAPA attention in a loaded encoder, in place; returns the model.
+    """Install PAPA attention in a loaded encoder or decoder, in place; returns the model.
 
-    Any supported family (see papa.encoders.SUPPORTED_MODEL_TYPES): bare encoder, sequence or
-    token classification.
+    Any supported family (see papa.encoders.SUPPORTED_MODEL_TYPES): bare model, sequence or
+    token classification, causal LM. A decoder's config gets use_cache=False: patched decoders
+    run full-sequence forwards only (a key/value cache is one clear error).
     constant_matrices: [L, H, T, T] tensor (the layout of `avgs.pt`) or a path to it / its folder.
     static_heads: heads to replace, `{layer: [heads]}` or `[[layer, head], ...]` (the first k
         rows of `sorted_heads.json`); None or empty keeps every head dynamic (patched modules
@@ -131,13 +143,14 @@ def patch_model(model, constant_matrices=None, static_heads=None, mix_all_heads=
         raise PapaError("this model is already PAPA-patched; load a fresh model to patch it again")
     config = model.config
     num_layers, num_heads = config.num_hidden_layers, config.num_attention_heads
+    num_kv_heads = getattr(config, "num_key_value_heads", None)
     if (constant_matrices is None) == (mean_outputs is None):
         raise PapaError("pass either constant_matrices (PAPA) or mean_outputs (mean ablation), not both or neither")
     head_mode = "constant" if mean_outputs is None else "mean_output"
     if head_mode == "constant":
-        replacements = load_constant_matrices(constant_matrices, num_layers, num_heads)
+        replacements = load_constant_matrices(constant_matrices, num_layers, num_heads, num_kv_heads)
     else:
-        replacements = load_mean_outputs(mean_outputs, num_layers, num_heads, head_dim(model))
+        replacements = load_mean_outputs(mean_outputs, num_layers, num_heads, head_dim(model), num_kv_heads)
         if mix_all_heads:
             raise PapaError("mix_all_heads mixes attention with constant matrices; it does not take mean_outputs")
     if mix_all_heads and static_heads:
@@ -164,6 +177,8 @@ def patch_model(model, constant_matrices=None, static_heads=None, mix_all_heads=
             module.papa_reorder_heads(output_projections[index])
         else:
             module.papa_layout_pending = True
+    if family.causal:  # full-sequence forwards only: no key/value cache (papa/encoders/causal.py)
+        config.use_cache = False
     config.papa = {
         **(getattr(config, "papa", None) or {}),
         "static_heads": [[layer, head] for layer, heads in by_layer.items() for head in heads],

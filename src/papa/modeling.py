@@ -94,7 +94,13 @@ def save_papa_model(model, output_dir, tokenizer=None):
     papa = dict(getattr(model.config, "papa", None) or {})
     papa.setdefault("model_class", type(model).__name__)  # a patched HF model saved as it is
     model.config.papa = papa
-    state = {name: tensor.detach().contiguous().cpu() for name, tensor in model.state_dict().items()}
+    state, seen = {}, set()
+    for name, tensor in model.state_dict().items():
+        tensor = tensor.detach().contiguous().cpu()
+        if tensor.data_ptr() in seen:  # tied weights (a decoder's LM head and embeddings): safetensors wants copies
+            tensor = tensor.clone()
+        seen.add(tensor.data_ptr())
+        state[name] = tensor
     with atomic_files(output_dir) as tmp:
         model.config.save_pretrained(tmp)
         save_file(state, os.path.join(tmp, WEIGHTS_NAME), metadata={"format": "pt"})

@@ -1,8 +1,9 @@
-"""The encoder families PAPA supports: one adapter each, one registry keyed by `config.model_type`.
+"""The model families PAPA supports: one adapter each, one registry keyed by `config.model_type`.
 
 A family entry says which stock module is the self-attention of each layer, which adapter
 patches it (papa/encoders/<family>.py), and the few traits the probes need. Adding a BERT-like
-family (same self-attention design as BERT) is one `register(...)` line below.
+family (same self-attention design as BERT) or a Llama-like decoder (same attention design as
+Llama) is one `register(...)` line below.
 """
 
 import importlib
@@ -16,6 +17,8 @@ from .base import HEAD_MODES, PapaAttention
 from .bert import PapaBertLikeAttention
 from .deberta import PapaDebertaAttention
 from .deberta_v2 import PapaDebertaV2Attention
+from .gpt2 import PapaGPT2Attention
+from .llama import PapaGemma2Attention, PapaLlamaAttention
 from .modernbert import PapaModernBertAttention
 
 
@@ -30,6 +33,7 @@ class Family:
     probe_dropout: Callable | None  # config → dropout before the sequence probe's classifier (None: none)
     position_offset: bool  # RoBERTa-style position ids: the first pad_token_id + 1 positions are reserved
     probs_need_flag: bool  # the stock module returns probabilities only when its output_attentions argument is set
+    causal: bool = False  # a decoder: causal attention, no key/value cache once patched (papa/encoders/causal.py)
 
     @cached_property
     def stock_class(self):
@@ -58,6 +62,22 @@ def _modernbert_outputs(base):
     return [layer.attn.Wo for layer in base.layers]
 
 
+def _decoder_layers(base):  # Llama and its copies
+    return [layer.self_attn for layer in base.layers]
+
+
+def _decoder_outputs(base):
+    return [layer.self_attn.o_proj for layer in base.layers]
+
+
+def _gpt2_layers(base):
+    return [block.attn for block in base.h]
+
+
+def _gpt2_outputs(base):
+    return [block.attn.c_proj for block in base.h]
+
+
 def _classifier_dropout(config):
     value = getattr(config, "classifier_dropout", None)
     return getattr(config, "hidden_dropout_prob", 0.0) if value is None else value
@@ -72,10 +92,10 @@ FAMILIES: dict[str, Family] = {}
 
 
 def register(model_type, stock_path, adapter, class_name, layers=_bert_like_layers, outputs=_bert_like_outputs,
-             probe_dropout=_classifier_dropout, position_offset=False, probs_need_flag=False):
+             probe_dropout=_classifier_dropout, position_offset=False, probs_need_flag=False, causal=False):
     """Make `model_type` patchable: its layers' stock modules (`stock_path`) get `adapter` mixed in."""
     FAMILIES[model_type] = Family(model_type, stock_path, adapter, class_name, layers, outputs, probe_dropout,
-                                  position_offset, probs_need_flag)
+                                  position_offset, probs_need_flag, causal)
 
 
 M = "transformers.models."
@@ -94,6 +114,18 @@ register("deberta-v2", M + "deberta_v2.modeling_deberta_v2:DisentangledSelfAtten
          "PapaDebertaV2SelfAttention", probe_dropout=_cls_dropout, probs_need_flag=True)
 register("modernbert", M + "modernbert.modeling_modernbert:ModernBertAttention", PapaModernBertAttention,
          "PapaModernBertAttention", layers=_modernbert_layers, outputs=_modernbert_outputs)
+
+DECODER = dict(layers=_decoder_layers, outputs=_decoder_outputs, probe_dropout=None, causal=True)
+for model_type, module, name in [("llama", "llama", "Llama"), ("mistral", "mistral", "Mistral"),
+                                 ("qwen2", "qwen2", "Qwen2"), ("qwen3", "qwen3", "Qwen3"),
+                                 ("gemma3_text", "gemma3", "Gemma3"), ("granite", "granite", "Granite"),
+                                 ("smollm3", "smollm3", "SmolLM3")]:
+    register(model_type, f"{M}{module}.modeling_{module}:{name}Attention", PapaLlamaAttention,
+             f"Papa{name}Attention", **DECODER)
+register("gemma2", M + "gemma2.modeling_gemma2:Gemma2Attention", PapaGemma2Attention, "PapaGemma2Attention",
+         **DECODER)
+register("gpt2", M + "gpt2.modeling_gpt2:GPT2Attention", PapaGPT2Attention, "PapaGPT2Attention",
+         layers=_gpt2_layers, outputs=_gpt2_outputs, probe_dropout=None, causal=True)
 
 SUPPORTED_MODEL_TYPES = tuple(FAMILIES)
 

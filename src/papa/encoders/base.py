@@ -1,4 +1,4 @@
-"""The forward of a PAPA self-attention module, shared by every encoder family.
+"""The forward of a PAPA self-attention module, shared by every family (encoders and decoders).
 
 `patch_model` swaps the class of each stock self-attention module for a subclass that mixes in
 `PapaAttention` and one family adapter (papa/encoders/<family>.py). The adapter knows the
@@ -40,9 +40,10 @@ Adapter hooks (all take the `Call` made by `papa_call` from the stock forward's 
     papa_dynamic_context(call, v) -> (B, T, D, d)   the dynamic heads' output (fast path)
     papa_return(call, context, probs)          what the stock forward returns
     papa_prune(dynamic_heads)                  drop the projections replaced heads no longer need
-    papa_value_rows() -> [(owner, name, offset)]   where the H·d value rows live (parameters permuted
-                                               by `papa_head_order`: row offset + h·d + [0, d) of head h)
-    papa_band(seq_len) -> (T, T) or None       where a constant head may attend (sliding windows)
+    papa_value_rows() -> [(owner, name, offset[, dim])]   where the H·d value rows live (parameters permuted
+                                               by `papa_head_order`: row offset + h·d + [0, d) of head h, along
+                                               `dim`, 0 unless given; [] when values are gathered per call)
+    papa_band(seq_len) -> (T, T) or None       where a constant head may attend (sliding windows, causal band)
     papa_dropout_p                             attention-probability dropout
 """
 
@@ -54,7 +55,7 @@ import torch.nn.functional as F
 from ..constant_math import (constant_attention_output, constants_in, in_place_ok, mean_output, normalize_rows,
                              normalized_constant)
 from ..errors import PapaError
-from .pruning import head_rows
+from .pruning import head_rows, input_dim
 
 try:  # transformers 5 records `output_attentions` through this context variable
     from transformers.utils.output_capturing import _active_collector
@@ -187,7 +188,8 @@ class PapaAttention:
     def papa_reorder_heads(self, output_projection):
         """Lay the heads out as [dynamic | replaced] (see the module docstring), in place.
 
-        Permutes the value rows (`papa_value_rows`) and `output_projection`'s input columns by
+        Permutes the value rows (`papa_value_rows`) and `output_projection`'s input columns (a Linear's
+        weight columns, a GPT-2 Conv1D's weight rows) by
         `papa_head_order`; a layer whose heads are in that order already (none, all or only its last
         heads replaced, or mix mode) is left as it is. The result computes exactly what the stock
         layout computes.
@@ -198,17 +200,18 @@ class PapaAttention:
         if self.papa_head_order is None:
             return
         H = len(order)
-        d = output_projection.in_features // H
+        columns_dim = input_dim(output_projection)
+        d = output_projection.weight.shape[columns_dim] // H
         with torch.no_grad():
-            for owner, name, offset in self.papa_value_rows():
-                param = getattr(owner, name)
+            for owner, name, offset, *dim in self.papa_value_rows():
+                param, dim = getattr(owner, name), (dim[0] if dim else 0)
                 if param is None:
                     continue
-                rows = torch.arange(param.shape[0])
+                rows = torch.arange(param.shape[dim])
                 rows[offset : offset + H * d] = offset + head_rows(order, d)
-                param.copy_(param[rows.to(param.device)])
+                param.copy_(param.index_select(dim, rows.to(param.device)))
             columns = head_rows(order, d).to(output_projection.weight.device)
-            output_projection.weight.copy_(output_projection.weight[:, columns])
+            output_projection.weight.copy_(output_projection.weight.index_select(columns_dim, columns))
 
     def papa_stock_order(self, per_head, dim):
         """`per_head` (heads along `dim`, in this layer's layout) in the stock head order."""

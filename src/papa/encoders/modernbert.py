@@ -16,7 +16,8 @@ import torch
 import torch.nn.functional as F
 
 from .base import Call, PapaAttention, additive_mask, attentions_requested, diagonal_validity
-from .pruning import head_rows, keep_rows
+from .fused import fused_queries_keys, fused_units, fused_values
+from .pruning import keep_rows
 
 
 class PapaModernBertAttention(PapaAttention):
@@ -30,11 +31,8 @@ class PapaModernBertAttention(PapaAttention):
         return self.attention_dropout
 
     def papa_values(self, call):
-        B, T, _ = call.hidden_states.shape
-        H, d, D = self.config.num_attention_heads, self.head_dim, len(self.dynamic_heads)
         qkv = self.Wqkv(call.hidden_states)  # (B, T, 2·D·d + H·d): [Q dynamic | K dynamic | V all]
-        call.extra["qk"] = qkv[..., : 2 * D * d]
-        return qkv[..., 2 * D * d :].view(B, T, H, d)
+        return fused_values(call, qkv, self.config.num_attention_heads, self.head_dim, len(self.dynamic_heads))
 
     def papa_validity(self, call):
         B, T, _ = call.hidden_states.shape
@@ -42,11 +40,7 @@ class PapaModernBertAttention(PapaAttention):
 
     def _queries_keys(self, call):
         """Rotated queries and keys of the dynamic heads: (B, D, T, d) each."""
-        B, T, _ = call.hidden_states.shape
-        D, d = len(self.dynamic_heads), self.head_dim
-        qk = call.extra["qk"]
-        query = qk[..., : D * d].view(B, T, D, d).transpose(1, 2)
-        key = qk[..., D * d :].view(B, T, D, d).transpose(1, 2)
+        query, key = fused_queries_keys(call, len(self.dynamic_heads), self.head_dim)
         cos, sin = call.extra["rotary"]
         from transformers.models.modernbert.modeling_modernbert import apply_rotary_pos_emb  # loaded with the model
 
@@ -71,10 +65,7 @@ class PapaModernBertAttention(PapaAttention):
         return self.out_drop(self.Wo(context.reshape(B, T, H * d))), probs
 
     def papa_prune(self, dynamic_heads):
-        H, d = self.config.num_attention_heads, self.head_dim
-        rows = torch.cat([head_rows(dynamic_heads, d), head_rows(dynamic_heads, d, H * d),
-                          head_rows(range(H), d, 2 * H * d)])
-        self.Wqkv = keep_rows(self.Wqkv, rows)
+        self.Wqkv = keep_rows(self.Wqkv, fused_units(dynamic_heads, self.config.num_attention_heads, self.head_dim))
 
     def papa_value_rows(self):  # Wqkv after pruning: [Q dynamic | K dynamic | V all]
         offset = 2 * len(self.dynamic_heads) * self.head_dim

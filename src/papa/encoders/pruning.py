@@ -4,7 +4,7 @@ import warnings
 
 import torch
 from torch import nn
-from transformers.pytorch_utils import prune_linear_layer
+from transformers.pytorch_utils import Conv1D, prune_linear_layer
 
 
 def head_rows(heads, head_size, offset=0, stride=None):
@@ -24,6 +24,21 @@ def keep_rows(linear, rows):
                               device=linear.weight.device, dtype=linear.weight.dtype)
         return empty.requires_grad_(linear.weight.requires_grad)
     return prune_linear_layer(linear, rows.to(linear.weight.device))
+
+
+def keep_conv1d_outputs(conv, outputs):
+    """A GPT-2 style `Conv1D` (weight stored (in, out)) with only the output units `outputs`, in that order."""
+    outputs = outputs.to(conv.weight.device)
+    pruned = Conv1D(len(outputs), conv.weight.shape[0]).to(conv.weight.device, conv.weight.dtype)
+    with torch.no_grad():
+        pruned.weight.copy_(conv.weight.index_select(1, outputs))
+        pruned.bias.copy_(conv.bias.index_select(0, outputs))
+    return pruned.requires_grad_(conv.weight.requires_grad)
+
+
+def input_dim(projection):
+    """The weight dimension a projection reads its inputs along: 1 for nn.Linear, 0 for Conv1D ((in, out))."""
+    return 0 if isinstance(projection, Conv1D) else 1
 
 
 def keep_head_rows(linear, heads, head_size):
