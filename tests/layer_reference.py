@@ -6,7 +6,7 @@ import torch
 
 import papa
 from numpy_attention import capture_layer, numpy_norm
-from papa.encoders import attention_modules
+from papa.families import attention_modules
 
 
 def run(model, ids, mask, **kwargs):

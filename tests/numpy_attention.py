@@ -9,7 +9,7 @@ import math
 
 import numpy as np
 
-from papa.encoders import attention_modules
+from papa.families import attention_modules
 from tiny_encoders import HIDDEN, H
 
 D_HEAD = HIDDEN // H

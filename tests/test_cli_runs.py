@@ -219,5 +219,5 @@ def test_custom_csv_through_the_sweep(tmp_path, tiny_bert, monkeypatch):
     assert task.custom and task.text_columns == ("sentence",) and task.labels == ("0", "1")
     results = run_sweep(args, task, passthrough)
     header = open(results).read().splitlines()[0].split(",")
-    assert header[:3] == ["k", "fraction_constant", "eval_accuracy"]
+    assert header[:4] == ["k", "fraction_constant", "n_seeds", "eval_accuracy"]
     assert np.isfinite(json.loads((tmp_path / "sweep" / "k_12" / "eval_results.json").read_text())["eval_accuracy"])

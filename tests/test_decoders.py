@@ -19,7 +19,7 @@ import torch
 from torch.testing import assert_close
 
 import papa
-from papa.encoders import attention_modules
+from papa.families import attention_modules
 from papa.errors import PapaError
 from layer_reference import expected_probs, patch_and_capture, run
 from numpy_attention import capture_layer, np_, softmax_rows

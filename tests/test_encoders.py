@@ -20,7 +20,7 @@ import torch
 from torch.testing import assert_close
 
 import papa
-from papa.encoders import attention_modules, family_for
+from papa.families import attention_modules, family_for
 from papa.errors import PapaError
 from layer_reference import expected_probs, patch_and_capture, run
 from numpy_attention import np_, reference_layer

@@ -5,10 +5,10 @@ attention over the training set, `avgs.pt`), re-normalised to the padding of eac
 query/key projections are pruned away. In mix mode ("sort calculating") every head mixes both
 with a trainable weight: σ(λ)·A + (1−σ(λ))·norm(C). The math is the original PAPA code's
 (Hassid et al., 2022) and lives in papa/constant_math.py; the forward shared by every family in
-papa/encoders/base.py; what differs per family (BERT, RoBERTa, XLM-R, CamemBERT, ELECTRA,
+papa/families/base.py; what differs per family (BERT, RoBERTa, XLM-R, CamemBERT, ELECTRA,
 DeBERTa v1/v2/v3, ModernBERT; the decoders GPT-2, Llama, Mistral, Qwen2, Qwen3, Gemma2, Gemma3
-(text), Granite, SmolLM3) in one adapter each under papa/encoders/. A decoder's constant head
-attends inside its causal band (papa/encoders/causal.py); its heads are the query heads, whatever
+(text), Granite, SmolLM3) in one adapter each under papa/families/. A decoder's constant head
+attends inside its causal band (papa/families/causal.py); its heads are the query heads, whatever
 its key/value grouping.
 
 The patch swaps the class of each existing self-attention module for a subclass of the stock
@@ -21,7 +21,7 @@ import torch
 from torch import nn
 
 from .constant_math import constant_attention_output, normalized_constant  # noqa: F401  (public math)
-from .encoders import PapaAttention, attention_modules, family_for
+from .families import PapaAttention, attention_modules, family_for
 from .errors import PapaError
 
 HEAD_LAYOUT = "dynamic_first"  # config.papa["head_layout"] of models patched by this version
@@ -121,7 +121,7 @@ def patch_model(model, constant_matrices=None, static_heads=None, mix_all_heads=
                 reorder=True):
     """Install PAPA attention in a loaded encoder or decoder, in place; returns the model.
 
-    Any supported family (see papa.encoders.SUPPORTED_MODEL_TYPES): bare model, sequence or
+    Any supported family (see papa.families.SUPPORTED_MODEL_TYPES): bare model, sequence or
     token classification, causal LM. A decoder's config gets use_cache=False: patched decoders
     run full-sequence forwards only (a key/value cache is one clear error).
     constant_matrices: [L, H, T, T] tensor (the layout of `avgs.pt`) or a path to it / its folder.
@@ -133,7 +133,7 @@ def patch_model(model, constant_matrices=None, static_heads=None, mix_all_heads=
     mean_outputs: instead of constant matrices, a [L, H, T, d] tensor (or `mean_outputs.pt`):
         the replaced heads output their training-set mean context vector per position (the
         mean-ablation control; no attention at all). Pass it *instead of* constant_matrices.
-    reorder: lay each layer's heads out as [dynamic | replaced] (papa/encoders/base.py): permutes
+    reorder: lay each layer's heads out as [dynamic | replaced] (papa/families/base.py): permutes
         the value rows and the output projection's columns, recorded as config.papa["head_layout"].
         False only to load a folder saved in the stock layout; `reorder_heads` must follow.
     """
@@ -177,7 +177,7 @@ def patch_model(model, constant_matrices=None, static_heads=None, mix_all_heads=
             module.papa_reorder_heads(output_projections[index])
         else:
             module.papa_layout_pending = True
-    if family.causal:  # full-sequence forwards only: no key/value cache (papa/encoders/causal.py)
+    if family.causal:  # full-sequence forwards only: no key/value cache (papa/families/causal.py)
         config.use_cache = False
     config.papa = {
         **(getattr(config, "papa", None) or {}),

@@ -30,7 +30,7 @@ import torch.distributed as dist
 
 from .attention import head_dim
 from .constant_math import padding_pattern
-from .encoders import PapaAttention, accepts_token_type_ids, attention_modules, family_for
+from .families import PapaAttention, accepts_token_type_ids, attention_modules, family_for
 from .errors import PapaError
 from .io import save_tensor
 

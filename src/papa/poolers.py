@@ -7,7 +7,7 @@ the whole network computes rather than what the last layer happens to expose:
   Σ_i W[s, i] · m_i · h[s, i]  (W initialised to 1/T), the L+1 vectors concatenated
   → Linear((L+1)·H → H) → tanh → dropout → Linear(H → num_labels), the dropout as the original's
   model of that family had it (BERT, ELECTRA: classifier_dropout or hidden_dropout_prob; DeBERTa:
-  cls_dropout or hidden_dropout_prob; RoBERTa, XLM-R, CamemBERT: none; see papa.encoders);
+  cls_dropout or hidden_dropout_prob; RoBERTa, XLM-R, CamemBERT: none; see papa.families);
 - token tasks: each token's L+1 hidden states concatenated → Linear((L+1)·H → H) → tanh
   → Linear(H → num_labels).
 
@@ -19,7 +19,7 @@ from torch import nn
 from torch.nn import CrossEntropyLoss, MSELoss
 from transformers.modeling_outputs import SequenceClassifierOutput, TokenClassifierOutput
 
-from .encoders import accepts_token_type_ids, family_for
+from .families import accepts_token_type_ids, family_for
 from .errors import PapaError
 
 
@@ -97,7 +97,7 @@ class _Probe(nn.Module):
 
 
 class FreezeExtractForSequenceClassification(_Probe):
-    """Sequence probe: dropout before the classifier as the family's original model had it (papa.encoders)."""
+    """Sequence probe: dropout before the classifier as the family's original model had it (papa.families)."""
 
     def __init__(self, model, seq_len):
         super().__init__(model, "sequence", int(seq_len))

@@ -11,7 +11,7 @@ import os
 from transformers import AutoConfig, AutoTokenizer
 
 from .data import hub_is_offline
-from .encoders import family_for
+from .families import family_for
 from .errors import PapaError
 from .modeling import default_model_path
 

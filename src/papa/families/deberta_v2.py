@@ -1,6 +1,6 @@
 """DeBERTa-v2 / v3 disentangled self-attention (`deberta-v2` model type; v3 checkpoints use it too).
 
-Same semantics as v1 (papa/encoders/deberta.py), other projections: separate `query_proj`,
+Same semantics as v1 (papa/families/deberta.py), other projections: separate `query_proj`,
 `key_proj`, `value_proj` (with biases); the position terms reuse `query_proj`/`key_proj` when
 `share_att_key`, otherwise they have `pos_query_proj` (p2c) and `pos_key_proj` (c2p). Relative
 positions may be log-bucketed (`position_buckets`); the stock module works in a (B·H, T, d)

@@ -1,7 +1,7 @@
 """The model families PAPA supports: one adapter each, one registry keyed by `config.model_type`.
 
 A family entry says which stock module is the self-attention of each layer, which adapter
-patches it (papa/encoders/<family>.py), and the few traits the probes need. Adding a BERT-like
+patches it (papa/families/<family>.py), and the few traits the probes need. Adding a BERT-like
 family (same self-attention design as BERT) or a Llama-like decoder (same attention design as
 Llama) is one `register(...)` line below.
 """
@@ -27,13 +27,13 @@ class Family:
     model_type: str
     stock_path: str  # "module:Class" of the stock self-attention module of every layer (imported on first use)
     adapter: type  # the PapaAttention subclass mixed into it
-    class_name: str  # name of the patched class, importable from papa.encoders (so patched models pickle)
+    class_name: str  # name of the patched class, importable from papa.families (so patched models pickle)
     attention_modules: Callable  # base model → its self-attention modules, one per layer
     output_projections: Callable  # base model → per layer, the Linear that reads the heads' concatenated outputs
     probe_dropout: Callable | None  # config → dropout before the sequence probe's classifier (None: none)
     position_offset: bool  # RoBERTa-style position ids: the first pad_token_id + 1 positions are reserved
     probs_need_flag: bool  # the stock module returns probabilities only when its output_attentions argument is set
-    causal: bool = False  # a decoder: causal attention, no key/value cache once patched (papa/encoders/causal.py)
+    causal: bool = False  # a decoder: causal attention, no key/value cache once patched (papa/families/causal.py)
 
     @cached_property
     def stock_class(self):

@@ -1,7 +1,7 @@
 """The forward of a PAPA self-attention module, shared by every family (encoders and decoders).
 
 `patch_model` swaps the class of each stock self-attention module for a subclass that mixes in
-`PapaAttention` and one family adapter (papa/encoders/<family>.py). The adapter knows the
+`PapaAttention` and one family adapter (papa/families/<family>.py). The adapter knows the
 family's projections, masks and return values; this module knows what PAPA does with heads:
 
 - dynamic heads attend as the stock model does (their Q/K remain);

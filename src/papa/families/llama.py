@@ -3,7 +3,7 @@
 
 transformers 5 gives these families one attention design: separate `q_proj`/`k_proj`/`v_proj`, grouped
 keys/values (num_key_value_heads K/V heads, each read by num_key_value_groups query heads), rotary Q/K,
-a causal 4-D mask (papa/encoders/causal.py), optionally a sliding window and (Gemma2) logit soft-capping,
+a causal 4-D mask (papa/families/causal.py), optionally a sliding window and (Gemma2) logit soft-capping,
 and the output projection `o_proj` applied by the module itself.
 
 PAPA's heads are the *query* heads (avgs.pt is [layers, query heads, T, T]):

@@ -2,7 +2,7 @@
 
 The stock `GPT2Attention` projects q|k|v with `c_attn` (a Conv1D: weight stored (in, out), its output
 units all heads' Q, then K, then V), scales the logits by `scaling` (1/√d, optionally also 1/(layer+1)),
-attends under the causal 4-D mask (papa/encoders/causal.py), and applies `c_proj` (another Conv1D) and
+attends under the causal 4-D mask (papa/families/causal.py), and applies `c_proj` (another Conv1D) and
 the residual dropout itself.
 
 PAPA: replaced heads' Q and K output units of `c_attn` are pruned (its outputs become

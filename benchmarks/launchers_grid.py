@@ -1,0 +1,91 @@
+"""Wall time of one small grid under each launcher, run one after another on the same machine (issue: scale out).
+
+    python benchmarks/launchers_grid.py [--data_dir ../shared/data] [--out outputs/launchers_grid]
+
+Runs the bundled MiniLM on CoLA, SST-2 and CoNLL-2003 NER at a tiny budget three times, each into a fresh folder:
+`--launcher inline`, `--launcher local --max_parallel 2 --cpus_per_stage 1`, and `--launcher slurm` (needs a running
+cluster: .ci/slurm_up.sh). Reports each run's wall time, and the critical path of the inline run's stages (per pair:
+averages → ranking → its longest probing run; the grid's is the longest pair's), which bounds what any number of
+parallel stages could reach with the inline run's per-stage times. Writes benchmarks/launchers_grid.{md,json}.
+"""
+
+import argparse
+import datetime
+import json
+import os
+import platform
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+GRID = ["--task_name", "cola", "sst2", "ner", "--max_train_samples", "200", "--max_eval_samples", "100",
+        "--num_train_epochs", "1", "--sort_num_train_epochs", "1", "--learning_rate", "1e-3",
+        "--static_heads_nums", "0", "36", "72", "--max_seq_length", "32", "--evaluation_strategy", "no",
+        "--per_device_eval_batch_size", "64"]
+LAUNCHERS = {"inline": ["--launcher", "inline"],
+             "local, 2 at once, 1 thread each": ["--launcher", "local", "--max_parallel", "2", "--cpus_per_stage", "1"],
+             "slurm (one job per stage)": ["--launcher", "slurm", "--slurm_cpus_per_stage", "1"]}
+
+
+def stage_seconds(pair_dir):
+    return {p.parent.name: json.loads(p.read_text())["seconds"] for p in pair_dir.glob("*/stage.json")}
+
+
+def critical_path(grid_dir):
+    """max over pairs of avgs + sort + the longest probing stage, from the stamps' wall times."""
+    paths = {}
+    for pair in (p for p in grid_dir.glob("*/*") if (p / "avgs" / "stage.json").exists()):
+        seconds = stage_seconds(pair)
+        probing = [s for name, s in seconds.items() if name not in ("avgs", "sort")]
+        paths[pair.name] = seconds["avgs"] + seconds["sort"] + max(probing)
+    return max(paths.values()), paths
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--data_dir", default=str(REPO.parent / "shared" / "data"))
+    parser.add_argument("--out", default=str(REPO / "outputs" / "launchers_grid"))
+    args = parser.parse_args()
+    env = dict(os.environ, HF_HUB_OFFLINE="1", HF_DATASETS_OFFLINE="1", TOKENIZERS_PARALLELISM="false")
+    rows, runs = [], {}
+    for name, flags in LAUNCHERS.items():
+        out = Path(args.out) / name.split()[0].strip(",")
+        shutil.rmtree(out, ignore_errors=True)
+        argv = [sys.executable, str(REPO / "papa_scripts" / "run_papa_sweep.py"), "--data_dir", args.data_dir,
+                "--output_dir", str(out), *GRID, *flags]
+        start = time.monotonic()
+        proc = subprocess.run(argv, env=env, capture_output=True, text=True)
+        seconds = time.monotonic() - start
+        if proc.returncode != 0:
+            sys.exit(f"error: the {name} run failed:\n{proc.stdout[-2000:]}\n{proc.stderr[-2000:]}")
+        runs[name] = {"seconds": seconds, "load_average_1m_end": os.getloadavg()[0], "argv": argv[1:]}
+        print(f"[launchers] {name}: {seconds / 60:.1f} min", flush=True)
+    inline_dir = Path(args.out) / "inline"
+    bound, per_pair = critical_path(inline_dir)
+    serial = sum(sum(stage_seconds(p).values()) for p in inline_dir.glob("*/*") if (p / "avgs").is_dir())
+    date = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="minutes")
+    lines = ["# One small grid under each launcher", "",
+             f"{platform.processor() or platform.machine()}, {os.cpu_count()} logical CPUs; {date}. "
+             "The bundled MiniLM on CoLA, SST-2 and CoNLL-2003 NER, 200 training / 100 evaluation examples, T = 32, "
+             "k = 0, 36, 72, one epoch (`benchmarks/launchers_grid.py`); the runs one after another, each into a "
+             "fresh folder.", "",
+             "| launcher | wall time | vs inline |", "| --- | ---: | ---: |"]
+    inline = runs["inline"]["seconds"]
+    for name, run in runs.items():
+        lines.append(f"| {name} | {run['seconds'] / 60:.1f} min | {inline / run['seconds']:.2f}x |")
+    lines += ["", f"The inline run's stages took {serial / 60:.1f} min of wall time one after another; its critical "
+              f"path (per pair: averages → ranking → the longest probing run; the longest pair) is "
+              f"{bound / 60:.1f} min: with unlimited parallel stages at the inline run's per-stage times, the grid "
+              f"could take no less. Per pair: " + ", ".join(f"{k} {v / 60:.1f} min" for k, v in per_pair.items()) + "."]
+    (REPO / "benchmarks" / "launchers_grid.md").write_text("\n".join(lines) + "\n")
+    (REPO / "benchmarks" / "launchers_grid.json").write_text(json.dumps(
+        {"date": date, "runs": runs, "critical_path_seconds": bound, "per_pair": per_pair,
+         "inline_stage_seconds_total": serial}, indent=2) + "\n")
+    print("\n".join(lines))
+
+
+if __name__ == "__main__":
+    main()
