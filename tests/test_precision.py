@@ -163,6 +163,20 @@ def test_ranking_run_backward_is_finite_and_close_to_fp32(name, precision):
         assert error <= allowed, f"{n}: relative error {error:.2e} > {RATIO} x stock {allowed / RATIO:.2e}"
 
 
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+@pytest.mark.parametrize("name", FAMILY_NAMES + DECODER_NAMES)
+def test_patching_a_model_already_cast_equals_casting_a_patched_one(name, dtype):
+    """Cast, then patch (pruned projections keep the model's dtype) = patch, then cast."""
+    ids, mask = family_batch(name)
+    base = family_model(name, "eager", head="base")
+    cast_first = papa.patch_model(copy.deepcopy(base).to(dtype), constants_with_zero_rows(), static_heads=MIXED)
+    patched_first = papa.patch_model(copy.deepcopy(base), constants_with_zero_rows(), static_heads=MIXED).to(dtype)
+    assert {p.dtype for n, p in cast_first.named_parameters() if not n.endswith("lambdas")} == {dtype}
+    with torch.no_grad():
+        got, want = (m(input_ids=ids, attention_mask=mask).last_hidden_state for m in (cast_first, patched_first))
+    torch.testing.assert_close(got, want, atol=0, rtol=0)
+
+
 # ----------------------------------------------------------------------------- the math alone, on hand-made input
 
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])

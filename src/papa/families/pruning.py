@@ -23,7 +23,8 @@ def keep_rows(linear, rows):
             empty = nn.Linear(linear.in_features, 0, bias=linear.bias is not None,
                               device=linear.weight.device, dtype=linear.weight.dtype)
         return empty.requires_grad_(linear.weight.requires_grad)
-    return prune_linear_layer(linear, rows.to(linear.weight.device))
+    # prune_linear_layer builds a float32 Linear: keep the model's dtype (a model cast to fp16/bf16 before patching)
+    return prune_linear_layer(linear, rows.to(linear.weight.device)).to(linear.weight.dtype)
 
 
 def keep_conv1d_outputs(conv, outputs):
