@@ -129,3 +129,10 @@ def test_import_papa_changes_nothing_in_the_process(module):
              "assert dict(os.environ) == env, set(os.environ.items()) ^ set(env.items())\n"
              "assert os.umask(0o022) == mask\n")
     subprocess.run([sys.executable, "-c", probe], check=True)
+
+
+def test_json_is_read_back_in_one_place():
+    """papa.io.load_json is the one JSON reader (its errors say what to do); no module reads JSON files itself."""
+    readers = [str(path.relative_to(SRC)) for path in SRC.rglob("*.py")
+               if path.name != "io.py" and re.search(r"\bjson\.load\(", path.read_text())]
+    assert not readers, f"read JSON through papa.io.load_json / load_json_object instead: {readers}"

@@ -13,7 +13,6 @@ instead of submitting the stage twice, and submits the rest. A job's outcome is 
 
 import contextlib
 import getpass
-import json
 import os
 import shutil
 import subprocess
@@ -21,7 +20,7 @@ import sys
 import time
 
 from ...errors import PapaError
-from ...io import save_json
+from ...io import load_json, load_json_object, save_json
 from ..child import TAIL_LINES
 from ..stages import LOG, STAMP, StageRun, utc_now
 from .job import run_in_slurm_job
@@ -112,8 +111,7 @@ class SlurmLauncher:
         tracking = self._tracking(task)
         tracked = None
         if os.path.isfile(tracking):
-            with open(tracking) as f:
-                tracked = json.load(f)
+            tracked = load_json(tracking, f"delete {tracking} (the stage is then submitted again)")
         state = self.states.get(str(tracked["job_id"])) if tracked else None  # fresh: has_room() asked
         if state in ACTIVE and tracked["command"] == task.stage.command:
             print(f"{task.prefix}: already {state.lower()} as Slurm job {tracked['job_id']} (submitted earlier), "
@@ -152,8 +150,7 @@ class SlurmLauncher:
         stage = task.stage
         log_path = os.path.join(stage.folder, LOG)
         if stage.why_not_done(stage.fingerprint(task.output_dir)) is None:  # the stamp decides
-            with open(os.path.join(stage.folder, STAMP)) as f:
-                seconds = json.load(f).get("seconds")
+            seconds = load_json_object(os.path.join(stage.folder, STAMP), "re-run the sweep").get("seconds")
             with contextlib.suppress(OSError):
                 os.remove(self._tracking(task))
             return StageRun(0, [], seconds, log_path, []), None
