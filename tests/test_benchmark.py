@@ -355,14 +355,17 @@ def test_bad_flags_are_one_clear_error(capsys):
         "error: --variants '1/2 constant, ranked' needs --sorted_heads (a ranking run's sorted_heads.json)\n")
 
 
-def test_variants_choose_the_inference_rows(tmp_path):
+def test_variants_choose_the_inference_rows_in_bf16(tmp_path):
+    """--variants picks the rows; --dtype bf16 casts the stock model before the PAPA copies are patched from it (the
+    time-weighted bound, profiled on the fp32 eager forward only, is then not given)."""
     out = tmp_path / "few.json"
     run_command(script("benchmark_papa.py") + ["--tiny", "--repeats", "2", "--seq_lens", "16", "--skip", "averaging",
                                                "training", "--variants", "all constant", "1/2 constant",
-                                               "--json", str(out)])
+                                               "--dtype", "bf16", "--json", str(out)])
     rows = json.loads(out.read_text())["inference"]
     assert [r["variant"] for r in rows] == ["stock", "PAPA, 1/2 constant", "PAPA, all constant"]
     assert [r["n"] for r in rows] == [2 * 3, 2, 2]  # stock before and after each of the two, every round
+    assert all(r["stock_modelled_time_share"] is None and r["time_weighted_bound"] is None for r in rows)
 
 
 def test_modelled_time_share_tells_matrix_products_from_elementwise_work():
