@@ -15,6 +15,7 @@ import json
 import os
 import platform
 import shutil
+import statistics
 import subprocess
 import sys
 import time
@@ -48,21 +49,24 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--data_dir", default=str(REPO.parent / "shared" / "data"))
     parser.add_argument("--out", default=str(REPO / "outputs" / "launchers_grid"))
+    parser.add_argument("--rounds", type=int, default=2, help="runs of each launcher; the order reverses each round")
     args = parser.parse_args()
     env = dict(os.environ, HF_HUB_OFFLINE="1", HF_DATASETS_OFFLINE="1", TOKENIZERS_PARALLELISM="false")
-    rows, runs = [], {}
-    for name, flags in LAUNCHERS.items():
-        out = Path(args.out) / name.split()[0].strip(",")
-        shutil.rmtree(out, ignore_errors=True)
-        argv = [sys.executable, str(REPO / "papa_scripts" / "run_papa_sweep.py"), "--data_dir", args.data_dir,
-                "--output_dir", str(out), *GRID, *flags]
-        start = time.monotonic()
-        proc = subprocess.run(argv, env=env, capture_output=True, text=True)
-        seconds = time.monotonic() - start
-        if proc.returncode != 0:
-            sys.exit(f"error: the {name} run failed:\n{proc.stdout[-2000:]}\n{proc.stderr[-2000:]}")
-        runs[name] = {"seconds": seconds, "load_average_1m_end": os.getloadavg()[0], "argv": argv[1:]}
-        print(f"[launchers] {name}: {seconds / 60:.1f} min", flush=True)
+    runs = {name: [] for name in LAUNCHERS}
+    for round_ in range(args.rounds):
+        order = list(LAUNCHERS) if round_ % 2 == 0 else list(reversed(LAUNCHERS))  # drift cancels over rounds
+        for name in order:
+            out = Path(args.out) / name.split()[0].strip(",")
+            shutil.rmtree(out, ignore_errors=True)
+            argv = [sys.executable, str(REPO / "papa_scripts" / "run_papa_sweep.py"), "--data_dir", args.data_dir,
+                    "--output_dir", str(out), *GRID, *LAUNCHERS[name]]
+            start = time.monotonic()
+            proc = subprocess.run(argv, env=env, capture_output=True, text=True)
+            seconds = time.monotonic() - start
+            if proc.returncode != 0:
+                sys.exit(f"error: the {name} run failed:\n{proc.stdout[-2000:]}\n{proc.stderr[-2000:]}")
+            runs[name].append({"seconds": seconds, "round": round_, "load_average_1m_end": os.getloadavg()[0]})
+            print(f"[launchers] round {round_ + 1}, {name}: {seconds / 60:.2f} min", flush=True)
     inline_dir = Path(args.out) / "inline"
     bound, per_pair = critical_path(inline_dir)
     serial = sum(sum(stage_seconds(p).values()) for p in inline_dir.glob("*/*") if (p / "avgs").is_dir())
@@ -71,12 +75,13 @@ def main():
              f"{platform.processor() or platform.machine()}, {os.cpu_count()} logical CPUs; {date}. "
              "The bundled MiniLM on CoLA, SST-2 and CoNLL-2003 NER, 200 training / 100 evaluation examples, T = 32, "
              "k = 0, 36, 72, one epoch (`benchmarks/launchers_grid.py`); the runs one after another, each into a "
-             "fresh folder.", "",
-             "| launcher | wall time | vs inline |", "| --- | ---: | ---: |"]
-    inline = runs["inline"]["seconds"]
-    for name, run in runs.items():
-        lines.append(f"| {name} | {run['seconds'] / 60:.1f} min | {inline / run['seconds']:.2f}x |")
-    lines += ["", f"The inline run's stages took {serial / 60:.1f} min of wall time one after another; its critical "
+             f"fresh folder, {args.rounds} rounds (the order reversed every other round).", "",
+             "| launcher | wall time per round | median | speed vs inline (median) |", "| --- | --- | ---: | ---: |"]
+    median = {name: statistics.median(r["seconds"] for r in rs) for name, rs in runs.items()}
+    for name, rs in runs.items():
+        each = ", ".join(f"{r['seconds'] / 60:.2f}" for r in rs)
+        lines.append(f"| {name} | {each} min | {median[name] / 60:.2f} min | {median['inline'] / median[name]:.2f}x |")
+    lines += ["", f"The last inline run's stages took {serial / 60:.1f} min of wall time one after another; its critical "
               f"path (per pair: averages → ranking → the longest probing run; the longest pair) is "
               f"{bound / 60:.1f} min: with unlimited parallel stages at the inline run's per-stage times, the grid "
               f"could take no less. Per pair: " + ", ".join(f"{k} {v / 60:.1f} min" for k, v in per_pair.items()) + "."]

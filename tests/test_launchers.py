@@ -316,3 +316,20 @@ def test_a_silent_squeue_decides_nothing_and_a_job_gone_without_its_stamp_failed
     run, note = launcher.poll(task)  # gone from the queue without a stamp: failed, with Slurm's word
     assert (run.ok, run.returncode, run.log_path, launcher.in_flight) == (False, 1, "5_0_log.err", 0)
     assert note == "Slurm job 5: FAILED; submitit's log: 5_0_log.err"
+
+
+@pytest.mark.slow
+def test_nproc_per_node_runs_each_stage_data_parallel_under_torchrun(inline_run, tiny_bert, tmp_path):  # noqa: F811
+    """--launcher local --nproc_per_node 2: every stage is two torchrun processes (the averaging pass shards its
+    examples over them and all-reduces the sums), with the inline run's averages up to float rounding."""
+    import torch
+
+    out = tmp_path / "out"
+    run_command(script("run_papa_sweep.py") + ["--output_dir", out, "--model_name_or_path", tiny_bert, *SWEEP,
+                                               "--launcher", "local", "--nproc_per_node", "2"])
+    assert "32 examples (2 process(es))" in (out / "avgs" / "log.txt").read_text()
+    for name in STAGES:
+        assert "torch.distributed.run" in (out / name / "log.txt").read_text().splitlines()[0], name
+    torch.testing.assert_close(torch.load(out / "avgs" / "avgs.pt"), torch.load(inline_run / "avgs" / "avgs.pt"),
+                               atol=1e-6, rtol=1e-5)
+    assert (out / "results.csv").exists() and json.loads((out / "k_12" / "eval_results.json").read_text())
