@@ -18,7 +18,6 @@ stays exactly zero in every precision, as F.normalize keeps it (`row_divisor`).
 """
 
 import torch
-import torch.nn.functional as F
 
 NORM_EPS = 1e-12  # F.normalize's eps, as in the original's mask_and_normalize
 
@@ -48,7 +47,7 @@ def constants_in(constant, dtype):
     norm(C·P) does not change under row scaling, and so a row of tiny mass keeps its precision when rounded."""
     if torch.finfo(dtype).bits >= 32:
         return constant.to(dtype)
-    return (constant.float() / row_divisor(constant.abs().sum(-1, keepdim=True, dtype=torch.float32))).to(dtype)
+    return l1_normalize(constant.float()).to(dtype)
 
 
 def padding_pattern(valid):
