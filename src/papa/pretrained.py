@@ -11,7 +11,7 @@ import os
 from transformers import AutoConfig, AutoTokenizer
 
 from .data import hub_is_offline
-from .families import family_for
+from .families import FAMILIES, family_for
 from .errors import PapaError
 from .modeling import default_model_path
 
@@ -52,7 +52,7 @@ def load_config_and_tokenizer(model_name_or_path, cache_dir, task, label_list, m
     """(model folder or None, config with the task's labels, tokenizer); checks the family and T.
 
     The folder is None for an untrained `model_type` model (no --model_name_or_path); without both,
-    the bundled MiniLM.
+    the bundled MiniLM. The lm task needs a decoder (a family with a causal LM head).
     """
     if model_name_or_path is None and model_type is None:
         model_name_or_path = default_model_path()
@@ -70,6 +70,13 @@ def load_config_and_tokenizer(model_name_or_path, cache_dir, task, label_list, m
         family = family_for(config)
     except PapaError as err:
         raise PapaError(f"{path or model_type}: {err}") from None
+    if task.kind == "lm":
+        if not family.causal:
+            decoders = ", ".join(t for t, f in FAMILIES.items() if f.causal)
+            raise PapaError(f"--task_name lm scores text with a causal language model's own LM head; "
+                            f"{path or model_type} is a {config.model_type} encoder, which has none: use a decoder "
+                            f"({decoders})")
+        config.use_cache = False  # full-sequence forwards only: no key/value cache (papa/families/causal.py)
     if label_list is not None:
         config.id2label = dict(enumerate(label_list))
         config.label2id = {label: i for i, label in enumerate(label_list)}
