@@ -49,6 +49,7 @@ def save_tiny_lm(name, folder, seed=0, impl="eager"):
     tokenizer = make_tokenizer()
     config = tiny_decoder_config(name, impl, vocab_size=len(tokenizer))
     config.pad_token_id = None
+    config.initializer_range = 0.3  # weights large enough that attention changes the predictions visibly
     config.bos_token_id = config.eos_token_id = tokenizer.eos_token_id
     torch.manual_seed(seed)
     model = getattr(transformers, decoder_class_name(name, "causal"))(config)

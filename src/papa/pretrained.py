@@ -47,6 +47,14 @@ def _load(what, loader, name, **kwargs):
                         + ("; the hub is offline (HF_HUB_OFFLINE): pass a local folder" if offline else "")) from None
 
 
+def check_lm_model(config, name):
+    """The lm task scores text with a decoder's own causal LM head: an encoder (a family without one) is an error."""
+    if not family_for(config).causal:
+        decoders = ", ".join(t for t, f in FAMILIES.items() if f.causal)
+        raise PapaError(f"--task_name lm scores text with a causal language model's own LM head; {name} is a "
+                        f"{config.model_type} encoder, which has none: use a decoder ({decoders})")
+
+
 def load_config_and_tokenizer(model_name_or_path, cache_dir, task, label_list, max_length, config_name=None,
                               tokenizer_name=None, revision="main", token=None, use_fast=True, model_type=None):
     """(model folder or None, config with the task's labels, tokenizer); checks the family and T.
@@ -57,13 +65,14 @@ def load_config_and_tokenizer(model_name_or_path, cache_dir, task, label_list, m
     if model_name_or_path is None and model_type is None:
         model_name_or_path = default_model_path()
     path = model_folder(model_name_or_path, revision, token, cache_dir)
-    num_labels = 1 if label_list is None else len(label_list)
+    # lm scores with the model's own LM head: no labels to set
+    labels = {} if task.kind == "lm" else {"num_labels": 1 if label_list is None else len(label_list)}
     hub = dict(cache_dir=cache_dir, revision=revision, token=token)
     if config_name or path:
-        config = _load("config", AutoConfig.from_pretrained, config_name or path, num_labels=num_labels, **hub)
+        config = _load("config", AutoConfig.from_pretrained, config_name or path, **labels, **hub)
     else:
         try:
-            config = AutoConfig.for_model(model_type, num_labels=num_labels)
+            config = AutoConfig.for_model(model_type, **labels)
         except ValueError as err:
             raise PapaError(f"--model_type {model_type!r}: {str(err).splitlines()[0]}") from None
     try:
@@ -71,11 +80,7 @@ def load_config_and_tokenizer(model_name_or_path, cache_dir, task, label_list, m
     except PapaError as err:
         raise PapaError(f"{path or model_type}: {err}") from None
     if task.kind == "lm":
-        if not family.causal:
-            decoders = ", ".join(t for t, f in FAMILIES.items() if f.causal)
-            raise PapaError(f"--task_name lm scores text with a causal language model's own LM head; "
-                            f"{path or model_type} is a {config.model_type} encoder, which has none: use a decoder "
-                            f"({decoders})")
+        check_lm_model(config, path or model_type)
         config.use_cache = False  # full-sequence forwards only: no key/value cache (papa/families/causal.py)
     if label_list is not None:
         config.id2label = dict(enumerate(label_list))

@@ -78,14 +78,18 @@ class Plan:
         return [s for s, _ in self.seed_runs] if self.rank_per_seed else [self.seed_runs[0][0]]
 
 
-def model_heads(model_path):
-    """(layers, heads per layer) from the model's config."""
+def model_heads(model_path, task=None):
+    """(layers, heads per layer) from the model's config; for the lm task, a decoder's (papa.pretrained.check_lm_model)."""
     from transformers import AutoConfig
 
     try:
         config = AutoConfig.from_pretrained(model_path)
     except (OSError, ValueError) as err:
         raise PapaError(f"cannot load the config of model {model_path!r}: {str(err).splitlines()[0]}") from None
+    if task is not None and task.kind == "lm":
+        from ..pretrained import check_lm_model
+
+        check_lm_model(config, model_path)
     layers, heads = getattr(config, "num_hidden_layers", None), getattr(config, "num_attention_heads", None)
     if not layers or not heads:
         raise PapaError(f"{model_path}: its config names no num_hidden_layers / num_attention_heads")
@@ -102,7 +106,7 @@ def make_plan(args, task):
     """The Plan for SweepArguments `args` on `task`: flags given, else the task's defaults."""
     defaults = task_defaults(task)
     model_path = args.model_name_or_path or default_model_path()
-    layers, heads = model_heads(model_path)
+    layers, heads = model_heads(model_path, task)
     if args.static_heads_nums is None:
         ks = default_static_heads_nums(layers * heads)
     else:
