@@ -5,7 +5,7 @@ import pytest
 from papa.errors import PapaError
 from papa.metrics import SEQUENCE_METRICS
 from papa.synthetic import REPEAT_LABELS
-from papa.tasks import CONLL_CHUNK, CONLL_NER, CONLL_POS, TASKS, TaskSpec, get_task, task_names
+from papa.tasks import CONLL_CHUNK, CONLL_NER, CONLL_POS, TASKS, VALIDATION, TaskSpec, get_task, task_names
 
 
 def test_names_accept_glue_spellings():
@@ -30,8 +30,10 @@ def test_a_task_of_the_other_kind_names_the_right_script():
 
 
 def test_registry_lists_the_readme_tasks():
-    assert task_names("sequence") == ["cola", "sst2", "mrpc", "qqp", "stsb", "mnli", "qnli", "rte", "wnli", "repeat"]
+    assert task_names("sequence") == ["cola", "sst2", "mrpc", "qqp", "stsb", "mnli", "qnli", "rte", "wnli", "repeat",
+                                      "lm"]  # lm runs under the sequence scripts
     assert task_names("token") == ["ner", "pos", "chunk"]
+    assert get_task("LM", "sequence").kind == "lm"
     assert all(isinstance(spec, TaskSpec) and spec.name == name for name, spec in TASKS.items())
 
 
@@ -56,6 +58,11 @@ def test_conll_labels_are_the_hub_features_order():
 @pytest.mark.parametrize("name", list(TASKS))
 def test_every_spec_is_complete(name):
     spec = TASKS[name]
+    if spec.kind == "lm":  # the model's own LM head; perplexity, lower is better; no test split
+        assert spec.model_class == "AutoModelForCausalLM" and spec.main_metrics == ("perplexity",)
+        assert spec.direction("eval_perplexity") == -1 and not spec.test_splits and spec.eval_splits == VALIDATION
+        return
+    assert spec.direction(f"eval_{spec.main_metrics[0]}") == 1
     assert spec.model_class in ("AutoModelForSequenceClassification", "AutoModelForTokenClassification")
     assert spec.main_metrics and spec.eval_splits[0][0] == "validation" and spec.eval_splits[0][2] == "eval"
     assert spec.test_splits and spec.test_splits[0][:1] == ("test",) and not spec.custom

@@ -87,11 +87,11 @@ class ModelArguments:
             self.token = True  # huggingface_hub: True = the stored token
 
 
-TASK_HELP = ("Task (case-insensitive): cola sst2 mrpc qqp stsb mnli qnli rte wnli repeat (run_papa_glue*), ner pos "
-             "chunk (run_papa_ner*; default ner). Sequence tasks: omit it for your own CSV/JSON files or --dataset_name "
+TASK_HELP = ("Task (case-insensitive): cola sst2 mrpc qqp stsb mnli qnli rte wnli repeat, lm (language modelling "
+             "with a decoder's own LM head; plain text files) (run_papa_glue*), ner pos chunk (run_papa_ner*; default ner). Sequence tasks: omit it for your own CSV/JSON files or --dataset_name "
              "(labels from the data). Token tasks: any other name for your own tag set (JSON files or --dataset_name).")
 TRAIN_FILE_HELP = ("Training file: GLUE .tsv, or .csv/.json(l) with a 'label' column (text columns: sentence1/"
-                   "sentence2, else the first one or two); token tasks: CoNLL .txt/.conll or .json(l) of word and tag lists.")
+                   "sentence2, else the first one or two); token tasks: CoNLL .txt/.conll or .json(l) of word and tag lists; lm: plain text, one document per line.")
 DATASET_HELP = "Dataset on the Hugging Face hub (online only), for the splits without local files."
 COLUMN_HELP = "Token tasks, JSON or hub data: the column of {} (default: {})."
 

@@ -2,10 +2,12 @@
 
 compute_glue_metrics matches HF's glue metric plus run_glue's "combined_score" (which metrics a
 task reports is its TaskSpec's `metrics`, keys of SEQUENCE_METRICS; a custom task has no combined score),
-compute_token_metrics matches HF's seqeval metric as run_ner reports it; `trainer_metrics` makes the
+compute_token_metrics matches HF's seqeval metric as run_ner reports it; compute_lm_metrics gives the lm
+task's loss (nats per predicted token) and perplexity from per-block sums; `trainer_metrics` makes the
 Trainer's compute_metrics for a task. Values are plain Python numbers so they go straight into JSON.
 """
 
+import math
 import warnings
 
 import numpy as np
@@ -92,6 +94,33 @@ def compute_token_metrics(predictions: list[list[str]], references: list[list[st
     return result
 
 
+def compute_lm_metrics(nll_sums, tokens) -> dict[str, float]:
+    """{"loss": Σ nll / Σ tokens, "perplexity": exp(loss)} from each block's summed next-token negative
+    log-likelihood and its number of predicted tokens (exact sums, math.fsum: any order gives the same bits)."""
+    total = math.fsum(int(t) for t in tokens)
+    if total == 0:
+        raise PapaError("lm metrics need at least one predicted token")
+    loss = math.fsum(float(v) for v in nll_sums) / total
+    return {"loss": loss, "perplexity": math.exp(loss) if loss < 709 else math.inf}
+
+
+def block_nll(logits, labels):
+    """(B,) each block's summed next-token negative log-likelihood in float32, from logits (B, T, V) and labels
+    (B, T) (-100: not scored): what an lm evaluation keeps instead of its (B, T, V) logits (the Trainer's
+    preprocess_logits_for_metrics). Position t predicts token t + 1, as the model's own loss."""
+    import torch.nn.functional as F
+
+    logits = logits[0] if isinstance(logits, tuple) else logits
+    nll = F.cross_entropy(logits[:, :-1].float().transpose(1, 2), labels[:, 1:], ignore_index=IGNORE_INDEX,
+                          reduction="none")  # (B, T - 1)
+    return nll.sum(1)
+
+
+def predicted_tokens(label_ids):
+    """(N,) how many next-token predictions each block of labels (N, T) scores."""
+    return (np.asarray(label_ids)[:, 1:] != IGNORE_INDEX).sum(1)
+
+
 def token_predictions_to_tags(predictions, label_ids, label_list) -> tuple[list[list[str]], list[list[str]]]:
     """(predicted tags, gold tags) per sentence from logits [N,T,C] or ids [N,T], dropping -100 positions."""
     predictions, label_ids = np.asarray(predictions), np.asarray(label_ids)
@@ -110,11 +139,14 @@ def token_predictions_to_tags(predictions, label_ids, label_list) -> tuple[list[
 def trainer_metrics(task, label_list, entity_level=False):
     """A Trainer `compute_metrics` for `task` (a TaskSpec); `label_list`: id -> label name (None: regression).
 
-    It keeps the last (logits, label ids) it scored as `compute.last`, so the run can write the very
+    It keeps the last (logits, label ids) it scored (lm: per-block nll sums and token counts) as `compute.last`, so the run can write the very
     predictions behind its metrics (papa.predictions) without a second pass over the evaluation set.
     """
     def compute(prediction):
         logits = prediction.predictions[0] if isinstance(prediction.predictions, tuple) else prediction.predictions
+        if task.kind == "lm":  # the predictions are block_nll's per-block sums
+            compute.last = (logits, predicted_tokens(prediction.label_ids))
+            return compute_lm_metrics(*compute.last)
         compute.last = (logits, prediction.label_ids)
         if task.kind == "token":
             predicted, gold = token_predictions_to_tags(logits, prediction.label_ids, label_list)

@@ -50,11 +50,13 @@ def _band(ax, ks, band, colour, label=None):
     return [v for v in lows + highs if not math.isnan(v)]
 
 
-def plot_results(ks, values, metric_name, total_heads, title, path, chance=None, controls=None, bands=None):
+def plot_results(ks, values, metric_name, total_heads, title, path, chance=None, controls=None, bands=None,
+                 lower_is_better=False):
     """Main metric vs number of constant heads; dashed line at the k=0 value (when there is one),
     dotted line at `chance` (e.g. 0.5 accuracy on a balanced binary task) when given; `controls`:
     {label: values at the same ks}, one thinner line each; `bands`: {None for PAPA or a control's label:
-    (lows, highs)}, each change's 95% interval on the metric's axis, shaded in its line's colour."""
+    (lows, highs)}, each change's 95% interval on the metric's axis, shaded in its line's colour.
+    `lower_is_better` (perplexity): the axis says so, and the legend goes where a rising curve leaves room."""
     ks = list(ks)
     values = _floats(values)
     controls = {label: _floats(v) for label, v in (controls or {}).items()}
@@ -79,7 +81,7 @@ def plot_results(ks, values, metric_name, total_heads, title, path, chance=None,
     if chance is not None:
         ax.axhline(chance, linestyle=":", color="firebrick", linewidth=1, label=f"chance ({chance:g})")
     ax.set_xlabel(f"number of constant heads (of {total_heads})")
-    ax.set_ylabel(metric_name)
+    ax.set_ylabel(f"{metric_name} (lower is better)" if lower_is_better else metric_name)
     ax.set_title(title, fontsize=10)
     ax.set_xticks(ks)
     ax.set_xlim(-0.03 * total_heads, 1.03 * total_heads)
@@ -90,7 +92,7 @@ def plot_results(ks, values, metric_name, total_heads, title, path, chance=None,
         pad = max(0.05 * (high - low), 0.02)
         ax.set_ylim(low - pad, high + 2 * pad)
     ax.grid(alpha=0.3)
-    ax.legend(loc="lower left", fontsize=8)
+    ax.legend(loc="upper left" if lower_is_better else "lower left", fontsize=8)
     fig.tight_layout()
     return _save(fig, path)
 
@@ -146,7 +148,8 @@ def plot_constant_matrices(avgs, sorted_heads, path, title="constant matrices", 
 def plot_summary(panels, path, title="PAPA: relative change against the fraction of constant heads"):
     """One panel per model: `panels` is [(model name, {task: {variant: [(fraction, relative change), ...]}})],
     variant "PAPA" drawn solid and each control dashed or dotted in the task's colour (the legend keys tasks
-    by colour, controls by style); changes are fractions, drawn in percent. A point may carry its 95%
+    by colour, controls by style); changes are changes in performance (negative = worse, whichever way the
+    metric runs) as fractions, drawn in percent. A point may carry its 95%
     interval, (fraction, change, low, high): drawn as an error bar."""
     if not panels:
         raise PapaError("no model to plot")
@@ -182,7 +185,7 @@ def plot_summary(panels, path, title="PAPA: relative change against the fraction
                                                             **style))
         ax.set_title(model, fontsize=10)
         ax.set_xlabel("fraction of heads constant")
-        ax.set_ylabel("relative change vs k = 0 (%)")
+        ax.set_ylabel("change in performance vs k = 0 (%, negative = worse)")
         ax.set_xlim(-0.03, 1.03)
         ax.grid(alpha=0.3)
         keys = {**task_keys, **control_keys}

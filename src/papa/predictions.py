@@ -3,7 +3,9 @@
 Every probing run with --do_eval writes, per evaluation split, one JSON object per example in dataset
 order, `{"index": i, "label": ..., "prediction": ...}`: label ids of the task for classification, floats
 for regression (the float32 values the Trainer scored, written exactly), and for token tasks the lists
-of tag names over the scored words (what seqeval scores). The run's metrics follow from the file alone
+of tag names over the scored words (what seqeval scores); for the lm task `{"index": i, "nll_sum": ...,
+"tokens": ...}` per block (its summed next-token negative log-likelihood and number of predicted tokens,
+so perplexity = exp(Σ nll_sum / Σ tokens)). The run's metrics follow from the file alone
 (`metrics_from_predictions`), exactly as in eval_results.json; the sweep's bootstrap intervals
 (papa.sweep.intervals) resample these examples.
 """
@@ -15,7 +17,7 @@ import numpy as np
 
 from .errors import PapaError
 from .io import save_text
-from .metrics import compute_glue_metrics, compute_token_metrics, token_predictions_to_tags
+from .metrics import compute_glue_metrics, compute_lm_metrics, compute_token_metrics, token_predictions_to_tags
 
 EVAL_PREFIX = "eval"
 
@@ -34,8 +36,16 @@ def metric_file(metric):
     return predictions_file(), name
 
 
+def record_keys(task):
+    """The two per-example fields of the task's records: (what is fixed by the data, what the model gives)."""
+    return ("tokens", "nll_sum") if task.kind == "lm" else ("label", "prediction")
+
+
 def prediction_records(task, label_list, logits, label_ids):
-    """[{"index", "label", "prediction"}] from the Trainer's logits and label ids, in dataset order."""
+    """[{"index", "label", "prediction"}] from the Trainer's logits and label ids, in dataset order; lm:
+    [{"index", "nll_sum", "tokens"}] from the per-block sums and token counts."""
+    if task.kind == "lm":
+        return [{"index": i, "nll_sum": float(v), "tokens": int(n)} for i, (v, n) in enumerate(zip(logits, label_ids))]
     if task.kind == "token":
         predicted, gold = token_predictions_to_tags(logits, label_ids, label_list)
     elif task.is_regression:
@@ -54,8 +64,9 @@ def write_eval_predictions(task, label_list, logits, label_ids, path):
     return len(records)
 
 
-def read_predictions(path):
-    """(labels, predictions) lists from an eval_predictions*.jsonl, checked to be complete and in order."""
+def read_predictions(path, keys=("label", "prediction")):
+    """(labels, predictions) lists from an eval_predictions*.jsonl, checked to be complete and in order; `keys`:
+    the fields read as the two (record_keys: lm's tokens and nll_sum)."""
     if not os.path.isfile(path):
         raise PapaError(f"{path} does not exist (runs before per-example predictions existed have none: delete "
                         f"the run's folder to redo it)")
@@ -66,8 +77,8 @@ def read_predictions(path):
                 record = json.loads(line)
                 if record["index"] != number:
                     raise ValueError(f"index {record['index']} where {number} belongs")
-                labels.append(record["label"])
-                predictions.append(record["prediction"])
+                labels.append(record[keys[0]])
+                predictions.append(record[keys[1]])
             except (ValueError, KeyError, TypeError) as err:
                 raise PapaError(f"{path}:{number + 1}: not an eval_predictions line ({err}); delete the run's folder "
                                 "to redo it") from None
@@ -84,7 +95,9 @@ def as_arrays(task, labels, predictions):
 
 def metrics_from_predictions(task, path, entity_level=False):
     """The metrics of one eval_predictions*.jsonl, as eval_results.json names them without the prefix."""
-    labels, predictions = read_predictions(path)
+    labels, predictions = read_predictions(path, record_keys(task))
+    if task.kind == "lm":
+        return compute_lm_metrics(predictions, labels)
     if task.kind == "token":
         return compute_token_metrics(predictions, labels, entity_level=entity_level)
     return compute_glue_metrics(task, *as_arrays(task, labels, predictions))

@@ -11,7 +11,7 @@ import os
 from transformers import AutoConfig, AutoTokenizer
 
 from .data import hub_is_offline
-from .families import family_for
+from .families import FAMILIES, family_for
 from .errors import PapaError
 from .modeling import default_model_path
 
@@ -47,29 +47,41 @@ def _load(what, loader, name, **kwargs):
                         + ("; the hub is offline (HF_HUB_OFFLINE): pass a local folder" if offline else "")) from None
 
 
+def check_lm_model(config, name):
+    """The lm task scores text with a decoder's own causal LM head: an encoder (a family without one) is an error."""
+    if not family_for(config).causal:
+        decoders = ", ".join(t for t, f in FAMILIES.items() if f.causal)
+        raise PapaError(f"--task_name lm scores text with a causal language model's own LM head; {name} is a "
+                        f"{config.model_type} encoder, which has none: use a decoder ({decoders})")
+
+
 def load_config_and_tokenizer(model_name_or_path, cache_dir, task, label_list, max_length, config_name=None,
                               tokenizer_name=None, revision="main", token=None, use_fast=True, model_type=None):
     """(model folder or None, config with the task's labels, tokenizer); checks the family and T.
 
     The folder is None for an untrained `model_type` model (no --model_name_or_path); without both,
-    the bundled MiniLM.
+    the bundled MiniLM. The lm task needs a decoder (a family with a causal LM head).
     """
     if model_name_or_path is None and model_type is None:
         model_name_or_path = default_model_path()
     path = model_folder(model_name_or_path, revision, token, cache_dir)
-    num_labels = 1 if label_list is None else len(label_list)
+    # lm scores with the model's own LM head: no labels to set
+    labels = {} if task.kind == "lm" else {"num_labels": 1 if label_list is None else len(label_list)}
     hub = dict(cache_dir=cache_dir, revision=revision, token=token)
     if config_name or path:
-        config = _load("config", AutoConfig.from_pretrained, config_name or path, num_labels=num_labels, **hub)
+        config = _load("config", AutoConfig.from_pretrained, config_name or path, **labels, **hub)
     else:
         try:
-            config = AutoConfig.for_model(model_type, num_labels=num_labels)
+            config = AutoConfig.for_model(model_type, **labels)
         except ValueError as err:
             raise PapaError(f"--model_type {model_type!r}: {str(err).splitlines()[0]}") from None
     try:
         family = family_for(config)
     except PapaError as err:
         raise PapaError(f"{path or model_type}: {err}") from None
+    if task.kind == "lm":
+        check_lm_model(config, path or model_type)
+        config.use_cache = False  # full-sequence forwards only: no key/value cache (papa/families/causal.py)
     if label_list is not None:
         config.id2label = dict(enumerate(label_list))
         config.label2id = {label: i for i, label in enumerate(label_list)}

@@ -1,12 +1,14 @@
 """What the four PAPA scripts do: the averaging pass and the probing run, for a resolved task.
 
-`run_averaging` (run_papa_*_avgs_creator.py): tokenise the train split padded to T, run the stock
-encoder in eval mode without gradients, average every head's attention → avgs.pt and the two sums.
+`run_averaging` (run_papa_*_avgs_creator.py): tokenise the train split padded to T (lm: cut into blocks
+of T, papa.lm_data), run the stock model in eval mode without gradients, average every head's attention
+→ avgs.pt and the two sums.
 
 `run_probing` (run_papa_*.py): load the model, replace the first k ranked heads by their constant
 matrices (or mix every head, for the ranking run), freeze what the training mode freezes, train
 (resuming a checkpoint, as HF's scripts do), evaluate and predict with HF's Trainer, and write the
-original's files (papa.outputs).
+original's files (papa.outputs). For lm the model is the decoder with its own LM head: no probe; only the
+ranking run (λ) and --grad_for_classifier_and_static_only (the constant matrices) train, on the LM loss.
 
 Both take the task as a `papa.tasks.TaskSpec` (the command resolved it: papa.custom.resolve_task),
 select `--max_*_samples` examples before tokenising, and validate their inputs before any heavy
@@ -29,7 +31,8 @@ from .console import progress_bar, quiet_trainer, stage
 from .data import load_sequence_task
 from .errors import PapaError
 from .io import atomic_files, atomic_path
-from .metrics import trainer_metrics
+from .lm_data import check_lm_flags, check_lm_run, lm_blocks, load_lm_texts
+from .metrics import block_nll, trainer_metrics
 from .modeling import build_model, save_papa_model, set_trainable, training_mode
 from .outputs import checkpoint_to_resume, save_results, write_sequence_predictions, write_token_predictions
 from .predictions import predictions_file, write_eval_predictions
@@ -53,6 +56,8 @@ def load_task_data(task, args, cache_dir, splits):
                    validation_file=getattr(args, "validation_file", None), cache_dir=cache_dir, splits=splits,
                    test_file=getattr(args, "test_file", None), dataset_name=args.dataset_name,
                    dataset_config_name=args.dataset_config_name)
+    if task.kind == "lm":
+        return load_lm_texts(task, **{k: v for k, v in sources.items() if k not in ("data_dir", "test_file")}), None
     if task.kind == "token":
         return load_token_task(task, **sources, text_column_name=args.text_column_name,
                                label_column_name=args.label_column_name)
@@ -74,6 +79,8 @@ def run_averaging(task, args):
     from torch.utils.data import DataLoader, Subset
 
     set_seed(args.seed)
+    if task.kind == "lm":
+        check_lm_flags(args.use_papa_preprocess)
     datasets, label_list = load_task_data(task, args, args.cache_dir, ("train",))
     path, config, tokenizer = load_config_and_tokenizer(
         args.model_name_or_path, args.cache_dir, task, label_list, args.max_length, config_name=args.config_name,
@@ -81,12 +88,15 @@ def run_averaging(task, args):
     stage(f"averaging attention of {path or 'an untrained ' + args.model_type} on {task.name} (T={args.max_length})")
 
     train = datasets["train"]
-    if args.debug:
-        train = first_examples(train, DEBUG_EXAMPLES)
-    train = DatasetDict(train=first_examples(train, args.max_train_samples))
-    tokenized = tokenize_cached(task, train, tokenizer, label_list, args.max_length, args.use_papa_preprocess,
-                                pad_to_max_length=True, original_token_types=args.original_token_types,
-                                num_proc=args.preprocessing_num_workers)["train"]
+    limits = [n for n in (DEBUG_EXAMPLES if args.debug else None, args.max_train_samples) if n is not None]
+    if task.kind == "lm":  # the limits count blocks
+        tokenized = lm_blocks(DatasetDict(train=train), tokenizer, args.max_length, {"train": min(limits, default=None)},
+                              args.preprocessing_num_workers)["train"]
+    else:
+        train = DatasetDict(train=first_examples(train, min(limits, default=None)))
+        tokenized = tokenize_cached(task, train, tokenizer, label_list, args.max_length, args.use_papa_preprocess,
+                                    pad_to_max_length=True, original_token_types=args.original_token_types,
+                                    num_proc=args.preprocessing_num_workers)["train"]
     columns = [c for c in ("input_ids", "attention_mask", "token_type_ids") if c in tokenized.column_names]
     tokenized = tokenized.with_format("torch", columns=columns)
 
@@ -200,6 +210,11 @@ def probing_datasets(task, datasets, tokenizer, label_list, data_args, pad, trai
     limits = {"train": data_args.max_train_samples}
     limits.update({split: data_args.max_eval_samples for split, _, _ in task.eval_splits})
     limits.update({split: data_args.max_predict_samples for split, _, _ in task.test_splits})
+    if task.kind == "lm":  # blocks of T tokens; the limits count blocks, as run_clm's
+        tokenized = lm_blocks(datasets, tokenizer, data_args.max_seq_length, limits, data_args.preprocessing_num_workers)
+        return {"train": tokenized["train"] if "train" in tokenized else None,
+                "eval": {prefix: tokenized[split] for split, _, prefix in task.eval_splits if split in tokenized},
+                "test": {}}
     selected = DatasetDict({split: first_examples(d, limits.get(split)) for split, d in datasets.items()})
     tokenized = tokenize_cached(task, selected, tokenizer, label_list, data_args.max_seq_length,
                                 data_args.use_papa_preprocess, pad, data_args.label_all_tokens,
@@ -215,7 +230,7 @@ def probing_datasets(task, datasets, tokenizer, label_list, data_args, pad, trai
 def make_trainer(task, model, tokenizer, label_list, pad, train_dataset, eval_sets, data_args, training_args):
     from transformers import Trainer  # imported here: the averaging stage needs none of it (seconds at start-up)
 
-    if pad:
+    if pad or task.kind == "lm":  # lm blocks are full: nothing to pad
         collator = default_data_collator
     elif task.kind == "token":
         collator = transformers.DataCollatorForTokenClassification(tokenizer)
@@ -225,6 +240,7 @@ def make_trainer(task, model, tokenizer, label_list, pad, train_dataset, eval_se
         model=model, args=training_args, train_dataset=train_dataset,
         eval_dataset=eval_sets.get("eval"), processing_class=tokenizer, data_collator=collator,
         compute_metrics=trainer_metrics(task, label_list, data_args.return_entity_level_metrics),
+        preprocess_logits_for_metrics=block_nll if task.kind == "lm" else None,  # (B,) sums, not (B, T, V) logits
     )
     return quiet_trainer(trainer)
 
@@ -278,6 +294,8 @@ def run_probing(task, model_args, data_args, training_args):
     """Train, evaluate and predict one PAPA configuration with the Trainer; writes the original's files."""
     mode = training_mode(model_args.sort_calculating, model_args.grad_for_classifier_only,
                          model_args.grad_for_classifier_and_static_only)
+    if task.kind == "lm":
+        check_lm_run(mode, data_args.use_papa_preprocess, model_args.use_freeze_extract_pooler, training_args)
     splits = requested_splits(training_args)
     checkpoint = checkpoint_to_resume(training_args)
     datasets, label_list = load_task_data(task, data_args, model_args.cache_dir, splits)
@@ -297,7 +315,7 @@ def run_probing(task, model_args, data_args, training_args):
     num_replaced = sum(len(h) for h in heads.static_heads.values())
     replaced = f"{num_replaced} {'mean-output' if heads.mean_outputs is not None else 'constant'} heads"
     stage(f"{task.name}: {path}, {'mixing all heads (ranking run)' if heads.mix_all_heads else replaced}, "
-          f"mode={mode or 'full fine-tuning'}, T={data_args.max_seq_length}")
+          f"mode={(mode or 'full fine-tuning') if training_args.do_train else 'evaluation only'}, T={data_args.max_seq_length}")
     model = build_model(task.model_class, config, path, heads.constant_matrices, heads.static_heads,
                         heads.mix_all_heads, data_args.max_seq_length if model_args.use_freeze_extract_pooler else None,
                         model_args.cache_dir, mean_outputs=heads.mean_outputs)

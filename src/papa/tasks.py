@@ -5,9 +5,11 @@ A command resolves `--task_name` once, with `get_task` (case-insensitive, `-`/`_
 the tokenisation (papa.preprocessing), the metrics (papa.metrics), the model class and the sweep's
 results table all read it. Adding a task is one entry in `TASKS`.
 
-Two kinds of task exist, and what differs between them beyond a spec's fields is in `KINDS`:
-"sequence" (GLUE-style sentence or sentence-pair classification, or regression) and "token"
-(CoNLL-2003 tagging).
+Three kinds of task exist, and what differs between them beyond a spec's fields is in `KINDS`:
+"sequence" (GLUE-style sentence or sentence-pair classification, or regression), "token"
+(CoNLL-2003 tagging) and "lm" (language modelling with a decoder's own LM head, papa.lm_data; run by
+the sequence scripts). A metric in a spec's `lower_is_better` (perplexity) is a loss: the sweep's
+relative changes are changes in performance, negative = worse, for every metric (`TaskSpec.direction`).
 """
 
 from dataclasses import dataclass
@@ -19,6 +21,8 @@ KINDS = {
                  "scripts": ("run_papa_glue_avgs_creator.py", "run_papa_glue.py")},
     "token": {"model_class": "AutoModelForTokenClassification", "cli": ("ner_avgs", "ner"),
               "scripts": ("run_papa_ner_avgs_creator.py", "run_papa_ner.py")},
+    "lm": {"model_class": "AutoModelForCausalLM", "cli": ("glue_avgs", "glue"),
+           "scripts": ("run_papa_glue_avgs_creator.py", "run_papa_glue.py")},
 }
 
 VALIDATION = (("validation", "dev.tsv", "eval"),)
@@ -61,6 +65,12 @@ class TaskSpec:
     generator: object = None  # synthetic tasks: a function returning the DatasetDict (no files, no hub)
     quick_sweep: bool = False  # the sweep's defaults: papa.sweep.defaults.REPEAT_DEFAULTS, not the original README's
     custom: bool = False  # built from the user's files (papa.custom): labels matched by value, no combined_score
+    lower_is_better: tuple[str, ...] = ()  # metrics (no "eval_") whose rise is a loss, e.g. perplexity
+
+    def direction(self, metric):
+        """+1 when a rise in `metric` (an eval_results key or a bare name) is a gain, -1 when it is a loss."""
+        name = metric[len("eval_"):] if metric.startswith("eval_") else metric
+        return -1 if name in self.lower_is_better else 1
 
     @property
     def num_labels(self):
@@ -128,12 +138,20 @@ TASKS = {spec.name: spec for spec in (
     _conll("ner", 3, CONLL_NER),
     _conll("pos", 1, CONLL_POS),
     _conll("chunk", 2, CONLL_CHUNK),
+    # language modelling (papa.lm_data): plain text chunked into blocks of T tokens, scored by the model's LM head
+    TaskSpec("lm", "lm", ("text",), metrics=("perplexity",), main_metrics=("perplexity",), test_splits=(),
+             lower_is_better=("perplexity", "loss")),
 )}
 
 
+def same_scripts(kind, other):
+    """True when tasks of the two kinds run under the same scripts (lm runs under the sequence scripts)."""
+    return KINDS[kind]["scripts"] == KINDS[other]["scripts"]
+
+
 def task_names(kind=None):
-    """The registered task names (of one kind), in registry order."""
-    return [name for name, spec in TASKS.items() if kind is None or spec.kind == kind]
+    """The registered task names (that the scripts of `kind` run), in registry order."""
+    return [name for name, spec in TASKS.items() if kind is None or same_scripts(spec.kind, kind)]
 
 
 def _squash(name):
@@ -143,7 +161,7 @@ def _squash(name):
 def get_task(name, kind=None):
     """The `TaskSpec` for a task name ('SST-2', 'CoLA', 'sts_b' ...), or a PapaError listing the valid ones.
 
-    With `kind`, a task of the other kind is an error that names the right command. A TaskSpec is
+    With `kind`, a task that other scripts run is an error that names the right command. A TaskSpec is
     returned as it is.
     """
     if isinstance(name, TaskSpec):
@@ -155,7 +173,7 @@ def get_task(name, kind=None):
         spec = {_squash(n): s for n, s in TASKS.items()}.get(_squash(name))
         if spec is None:
             raise PapaError(f"unknown task {name!r}; valid tasks: {valid}")
-    if kind is not None and spec.kind != kind:
+    if kind is not None and not same_scripts(spec.kind, kind):
         avgs_script, script = KINDS[spec.kind]["scripts"]
         raise PapaError(f"{spec.name} is a {spec.kind}-classification task; use {script} / {avgs_script} "
                         f"(valid tasks here: {', '.join(task_names(kind))})")

@@ -18,6 +18,7 @@ class SweepArguments:
                               "Default: the bundled all-MiniLM-L6-v2 (6 x 12 heads)."})
     task_name: str | None = field(default=None, metadata={
         "nargs": "+", "help": "GLUE task (cola sst2 mrpc qqp stsb mnli qnli rte wnli), token task (ner pos chunk), "
+                              "lm (language modelling of --train_file/--validation_file plain text by a decoder), "
                               "or the built-in synthetic 'repeat' (default; needs no data); several run a grid. "
                               "Omit it with --train_file/--validation_file (CSV/JSON with a 'label' column) for "
                               "your own sequence task."})

@@ -38,6 +38,19 @@ REPEAT_DEFAULTS = {
     "evaluation_strategy": "no",
 }
 
+# The language-modelling task (papa.lm_data): the probing runs only evaluate (no probe), so their epochs are
+# unused; the ranking run trains the λ alone on the LM loss, one epoch at the repeat task's step size.
+LM_DEFAULTS = {
+    "max_seq_length": 128,
+    "num_train_epochs": 1.0,
+    "sort_num_train_epochs": 1.0,
+    "learning_rate": 1e-3,
+    "per_device_train_batch_size": 8,
+    "per_device_eval_batch_size": 16,
+    "avgs_batch_size": 16,
+    "evaluation_strategy": "no",
+}
+
 # Flags the sweep sets itself per stage; passing them through would break the method.
 RESERVED_FLAGS = {
     "--output_dir", "--static_heads_dir", "--sorting_heads_dir", "--static_heads_num", "--sort_calculating",
@@ -48,7 +61,10 @@ RESERVED_FLAGS = {
 
 
 def task_defaults(task):
-    """The defaults for a task (a papa.tasks.TaskSpec): measured quick ones for the built-in task, else the README's."""
+    """The defaults for a task (a papa.tasks.TaskSpec): measured quick ones for the built-in task, lm's, else the
+    README's."""
+    if task.kind == "lm":
+        return LM_DEFAULTS
     return REPEAT_DEFAULTS if task.quick_sweep else README_DEFAULTS
 
 

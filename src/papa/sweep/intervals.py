@@ -1,6 +1,7 @@
 """Paired hierarchical bootstrap intervals on relative changes: how sure the sweep is that k heads cost X%.
 
-A change at k is measured per seed, `(m_k − m_0) / |m_0|` on the same evaluation examples, and its
+A change at k is measured per seed, `±(m_k − m_0) / |m_0|` on the same evaluation examples (− for a metric
+where lower is better, so a change is always one in performance, negative = worse), and its
 point estimate is the mean over seeds. One bootstrap resample draws the seeds with replacement and,
 within each drawn seed, the evaluation examples with replacement; the same example indices score the
 run at k and that seed's k = 0 run (paired: the examples' own difficulty cancels), and the statistic
@@ -11,7 +12,8 @@ examples alone.
 A metric that is not a mean of per-example scores is recomputed on every resample, vectorised over
 resamples: from per-example additive columns summed with one matrix product (accuracy, binary F1,
 MSE, Pearson; Matthews from the confusion counts; seqeval's entity F1 from each sentence's true-positive,
-predicted and gold entity counts), or from ranks row by row (Spearman). The draws come from a
+predicted and gold entity counts; lm's perplexity exp(Σ nll / Σ tokens) from each block's nll_sum and
+tokens), or from ranks row by row (Spearman). The draws come from a
 `numpy.random.Generator` seeded with BOOTSTRAP_SEED and the task's name (`task_seed`), so the same
 predictions give the same bytes, and two tasks' resamples are independent (a grid averages them).
 """
@@ -22,7 +24,7 @@ import zlib
 import numpy as np
 
 from ..errors import PapaError
-from ..predictions import as_arrays, metric_file, read_predictions
+from ..predictions import as_arrays, metric_file, read_predictions, record_keys
 
 BOOTSTRAP_SEED = 0
 CONFIDENCE = 0.95
@@ -84,7 +86,12 @@ def entity_counts(labels, predictions):
 
 
 def resampled_metric(task, metric, labels, predictions):
-    """f(example indices (r, n)) -> the metric on each resample (r,); None for a metric without a recipe."""
+    """f(example indices (r, n)) -> the metric on each resample (r,); None for a metric without a recipe.
+    lm: `labels` are the blocks' token counts, `predictions` their nll sums (papa.predictions.record_keys)."""
+    if task.kind == "lm":
+        columns = np.stack([np.asarray(predictions, dtype=np.float64), np.asarray(labels, dtype=np.float64)], axis=1)
+        loss = {"loss": lambda s, n: s[:, 0] / s[:, 1], "perplexity": lambda s, n: np.exp(s[:, 0] / s[:, 1])}
+        return additive(columns, loss[metric]) if metric in loss else None
     if task.kind == "token":
         if metric != "f1":
             return None
@@ -128,9 +135,10 @@ def draws(rng, num_seeds, num_examples, samples):
                                                                             size=(c, num_seeds, num_examples))
 
 
-def paired_bootstrap(pairs, samples, seed=BOOTSTRAP_SEED):
+def paired_bootstrap(pairs, samples, seed=BOOTSTRAP_SEED, direction=1):
     """The bootstrap statistics (samples,): `pairs` is, per seed, (metric at k, metric at k = 0, n): the two as
-    functions of example indices (r, n) (resampled_metric) over the same n examples. NaN where a change is
+    functions of example indices (r, n) (resampled_metric) over the same n examples; `direction` -1 for a metric
+    where lower is better (the change's sign, as papa.sweep.results.relative_change). NaN where a change is
     undefined (the k = 0 metric of a resample is 0, or a correlation of a constant)."""
     if not pairs:
         raise PapaError("a bootstrap needs at least one seed")
@@ -147,7 +155,7 @@ def paired_bootstrap(pairs, samples, seed=BOOTSTRAP_SEED):
                 index = examples[drawn]  # (m, n): the same examples for k and for k = 0
                 value, reference = at_k(index), at_zero(index)
                 with np.errstate(divide="ignore", invalid="ignore"):
-                    change[drawn] = (value - reference) / np.abs(reference)
+                    change[drawn] = direction * (value - reference) / np.abs(reference)
         stats.append(change.mean(axis=1))
     return np.concatenate(stats)
 
@@ -174,7 +182,7 @@ class PredictionStore:
         key = (folder, metric)
         if key not in self.cache:
             file, name = metric_file(metric)
-            labels, predictions = read_predictions(os.path.join(folder, file))
+            labels, predictions = read_predictions(os.path.join(folder, file), record_keys(self.task))
             self.cache[key] = (resampled_metric(self.task, name, labels, predictions), labels)
         return self.cache[key]
 
@@ -191,4 +199,4 @@ def change_distribution(store, folders, reference_folders, metric, samples):
             raise PapaError(f"{folder} and {reference} were evaluated on different examples (their "
                             f"{metric_file(metric)[0]} labels differ); delete one to redo it on the same data")
         pairs.append((at_k, at_zero, len(labels)))
-    return paired_bootstrap(pairs, samples, seed=task_seed(store.task))
+    return paired_bootstrap(pairs, samples, seed=task_seed(store.task), direction=store.task.direction(metric))

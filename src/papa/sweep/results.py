@@ -1,6 +1,11 @@
 """The sweep's results: every `k_<k>/eval_results.json` (and the controls' runs) → results.csv, results.md
 and the figures.
 
+A relative change is always a change in performance, negative = worse: (value − reference) / |reference|
+for a metric where higher is better, (reference − value) / |reference| for one where lower is better
+(`TaskSpec.lower_is_better`: perplexity, so a rise from 10 to 12 is −20%); the value columns keep the
+metric itself.
+
 The controls (papa.sweep.controls) add, per main metric, a column of their value and one of its
 relative change against PAPA's k = 0 run (the run they share); results.md shows them in a second
 table, and the stages' wall times (from their stage.json) in a third.
@@ -23,7 +28,8 @@ from .controls import CONTROLS, run_folder
 from .stages import STAMP
 
 # eval_* keys that describe the run rather than the model's quality
-NON_METRIC_SUFFIXES = ("runtime", "samples_per_second", "steps_per_second", "samples", "loss", "epoch")
+NON_METRIC_SUFFIXES = ("runtime", "samples_per_second", "steps_per_second", "samples", "loss", "epoch",
+                       "model_preparation_time")  # the Trainer's, in an evaluation-only run (lm)
 CHANCE_MARGIN = 0.05  # k=0 closer than this to chance: the curve is not interpretable
 
 
@@ -35,12 +41,14 @@ def is_quality_metric(key):
     return key.startswith("eval_") and not key.endswith(NON_METRIC_SUFFIXES)
 
 
-def relative_change(value, reference):
-    """(value - reference) / |reference| as a fraction; None when undefined (no or zero reference)."""
+def relative_change(value, reference, direction=1):
+    """The change in performance as a fraction, negative = worse: direction · (value − reference) / |reference|,
+    `direction` -1 for a metric where lower is better (TaskSpec.direction); None when undefined (no or zero
+    reference)."""
     if value is None or reference is None or reference == 0 or any(
             isinstance(v, float) and math.isnan(v) for v in (value, reference)):
         return None
-    return (value - reference) / abs(reference)
+    return direction * (value - reference) / abs(reference) + 0.0  # + 0.0: no "-0.0%" where nothing changed
 
 
 def build_results(k_results, task, total_heads):
@@ -48,8 +56,8 @@ def build_results(k_results, task, total_heads):
 
     Returns (columns, rows): one row per k (ascending) with `k`, `fraction_constant` (k / total
     heads), every eval_* quality metric (main ones first), and for each main metric
-    `rel_change_eval_<metric>` = (value - value at k=0) / |value at k=0| as a fraction (None
-    without a k=0 run or when its value is 0).
+    `rel_change_eval_<metric>` = ± (value - value at k=0) / |value at k=0| as a fraction, the sign making it a
+    change in performance (negative = worse; relative_change), None without a k=0 run or when its value is 0.
     """
     mains = [f"eval_{m}" for m in task.main_metrics]
     seen = []
@@ -68,7 +76,7 @@ def build_results(k_results, task, total_heads):
             row[column] = results.get(column)
         for column in change_columns:
             metric = column[len("rel_change_"):]
-            row[column] = relative_change(results.get(metric), reference.get(metric))
+            row[column] = relative_change(results.get(metric), reference.get(metric), task.direction(metric))
         rows.append(row)
     return ["k", "fraction_constant"] + metric_columns + change_columns, rows
 
@@ -139,7 +147,16 @@ def chance_warning(task, rows):
             "Train longer (--num_train_epochs), on more data, or probe a task the model encodes.")
 
 
-def results_markdown(columns, rows, title, total_heads, warning=None, note=None):
+def change_definition(task):
+    """What "change vs k=0" means for `task`'s main metrics (None: higher is better), for the tables' notes."""
+    lower = [] if task is None else [m for m in task.main_metrics if task.direction(m) < 0]
+    if not lower:
+        return "\"change vs k=0\" = (value − value at k=0) / |value at k=0|"
+    return (f"\"change vs k=0\" = the change in performance, negative = worse: (value at k=0 − value) / |value at "
+            f"k=0| for {', '.join(lower)} (lower is better), (value − value at k=0) / |value at k=0| otherwise")
+
+
+def results_markdown(columns, rows, title, total_heads, warning=None, note=None, task=None):
     lines = [f"# {title}", ""]
     if warning:
         lines += [f"**Warning:** {warning}", ""]
@@ -149,7 +166,7 @@ def results_markdown(columns, rows, title, total_heads, warning=None, note=None)
         lines.append("| " + " | ".join(_md_cell(c, row[c], row) for c in columns) + " |")
     lines += ["", f"k = number of the model's {total_heads} attention heads replaced by constant matrices "
                   "(the k ranked most constant-friendly in sort/sorted_heads.json). "
-                  "\"change vs k=0\" = (value − value at k=0) / |value at k=0|, in percent "
+                  f"{change_definition(task)}, in percent "
                   "(results.csv: the same as a fraction, columns rel_change_*).", ""]
     if note:
         lines += [note, ""]
@@ -168,7 +185,7 @@ def add_control_columns(columns, rows, control_results, task):
             for row in rows:
                 value = by_k.get(row["k"], {}).get(metric)
                 row[value_column] = value
-                row[change_column] = relative_change(value, reference.get(metric))
+                row[change_column] = relative_change(value, reference.get(metric), task.direction(metric))
     return columns, rows
 
 
@@ -190,7 +207,8 @@ def controls_markdown(rows, task, controls):
         cells = [cell(row, metric, f"rel_change_{metric}")]
         cells += [cell(row, f"{c}_{metric}", f"rel_change_{c}_{metric}") for c in controls]
         lines.append(f"| {row['k']} | {row['fraction_constant']:.3f} | " + " | ".join(cells) + " |")
-    lines += ["", "uniform: the replaced heads attend equally to every real token (constant matrices of ones); "
+    lines += ["", "uniform: the replaced heads attend equally to every real token they may see (constant matrices of "
+                  "ones; a decoder's inside its causal band); "
                   "random order: the heads are taken in a seeded random order (random_order/), not the ranking; "
                   "mean output: the replaced heads output their training-set mean (avgs/mean_outputs.pt). "
                   "Every change is against the same k=0 run; k=0 (and, for random order, k = all heads) is "
@@ -272,7 +290,7 @@ def write_results(plan, model_name, stages=()):
     note = interval_note(rows, plan.bootstrap_samples)
     if notes:
         note = (note + " " if note else "") + f"No interval where a run's predictions are missing: {notes[0]}"
-    markdown = results_markdown(papa_columns, rows, title, total_heads, warning, note)
+    markdown = results_markdown(papa_columns, rows, title, total_heads, warning, note, task)
     if plan.controls:
         markdown += "\n" + controls_markdown(rows, task, plan.controls)
     if stages:
@@ -283,11 +301,11 @@ def write_results(plan, model_name, stages=()):
     avgs_pt = os.path.join(output_dir, "avgs", "avgs.pt")
     sort_dir = plan.ranking_folder(plan.ranking_seeds[0])  # with --rank_per_seed: the first seed's ranking
     lines = {CONTROLS[c].label: [r.get(f"{c}_{main}") for r in rows] for c in plan.controls}
-    bands = {label: metric_band(rows, change, main) for label, change in
+    bands = {label: metric_band(rows, change, main, task.direction(main)) for label, change in
              [(None, f"rel_change_{main}")] + [(CONTROLS[c].label, f"rel_change_{c}_{main}") for c in plan.controls]}
     plots.plot_results([r["k"] for r in rows], [r.get(main) for r in rows], main[len("eval_"):], total_heads,
                        title, os.path.join(output_dir, "results.png"), chance=task.chance, controls=lines,
-                       bands=bands)
+                       bands=bands, lower_is_better=task.direction(main) < 0)
     plots.plot_lambdas(os.path.join(sort_dir, "lambdas.npy"), os.path.join(output_dir, "lambdas.png"),
                        f"Ranking run λ: {model_name} on {task.name}")
     plots.plot_constant_matrices(avgs_pt, os.path.join(sort_dir, "sorted_heads.json"),
@@ -296,12 +314,14 @@ def write_results(plan, model_name, stages=()):
     return Results(columns, rows, markdown, warning, samples, distributions, len(tables))
 
 
-def metric_band(rows, change_column, metric):
+def metric_band(rows, change_column, metric, direction=1):
     """A change's interval on the metric's axis: the k = 0 value of `metric` (every change's reference) moved by
-    the interval's ends, (lows, highs) per row, None where unknown."""
+    the interval's ends, (lows, highs) per row, None where unknown. `direction` -1 (lower is better): a change
+    of −c is a rise of c·|reference|, so the ends swap (lows stay the smaller values)."""
     reference = next((r.get(metric) for r in rows if r["k"] == 0), None)
 
     def at(end):
         return [None if reference is None or r.get(f"{change_column}_{end}") is None
-                else reference + r[f"{change_column}_{end}"] * abs(reference) for r in rows]
-    return at("ci_low"), at("ci_high")
+                else reference + direction * r[f"{change_column}_{end}"] * abs(reference) for r in rows]
+    lows, highs = at("ci_low"), at("ci_high")
+    return (lows, highs) if direction > 0 else (highs, lows)

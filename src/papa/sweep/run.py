@@ -78,14 +78,18 @@ class Plan:
         return [s for s, _ in self.seed_runs] if self.rank_per_seed else [self.seed_runs[0][0]]
 
 
-def model_heads(model_path):
-    """(layers, heads per layer) from the model's config."""
+def model_heads(model_path, task=None):
+    """(layers, heads per layer) from the model's config; for the lm task, a decoder's (papa.pretrained.check_lm_model)."""
     from transformers import AutoConfig
 
     try:
         config = AutoConfig.from_pretrained(model_path)
     except (OSError, ValueError) as err:
         raise PapaError(f"cannot load the config of model {model_path!r}: {str(err).splitlines()[0]}") from None
+    if task is not None and task.kind == "lm":
+        from ..pretrained import check_lm_model
+
+        check_lm_model(config, model_path)
     layers, heads = getattr(config, "num_hidden_layers", None), getattr(config, "num_attention_heads", None)
     if not layers or not heads:
         raise PapaError(f"{model_path}: its config names no num_hidden_layers / num_attention_heads")
@@ -102,7 +106,7 @@ def make_plan(args, task):
     """The Plan for SweepArguments `args` on `task`: flags given, else the task's defaults."""
     defaults = task_defaults(task)
     model_path = args.model_name_or_path or default_model_path()
-    layers, heads = model_heads(model_path)
+    layers, heads = model_heads(model_path, task)
     if args.static_heads_nums is None:
         ks = default_static_heads_nums(layers * heads)
     else:
@@ -151,10 +155,11 @@ def make_stages(plan, args, passthrough):
         if value is not None:
             limits += [flag, str(value)]
 
+    # lm (papa.lm_data): contiguous blocks of text, the model's own LM head; no PAPA layout, no probe to train
+    lm = plan.task.kind == "lm"
     avgs_args = [*source, "--max_length", str(plan.max_seq_length),
-                 "--per_device_train_batch_size", str(plan.avgs_batch_size),
-                 "--output_dir", avgs_dir, "--use_papa_preprocess", "true", "--pad_to_max_length",
-                 "--seed", str(args.seed)]
+                 "--per_device_train_batch_size", str(plan.avgs_batch_size), "--output_dir", avgs_dir,
+                 *([] if lm else ["--use_papa_preprocess", "true", "--pad_to_max_length"]), "--seed", str(args.seed)]
     avgs_args += averaging_precision(passthrough)  # --fp16 / --bf16 of the training runs: the forward's autocast
     if args.max_train_samples is not None:  # average over the examples the probes are trained on
         avgs_args += ["--max_train_samples", str(args.max_train_samples)]
@@ -163,14 +168,15 @@ def make_stages(plan, args, passthrough):
         avgs_args.append("--mean_outputs")
         avgs_outputs.append("mean_outputs.pt")
 
-    def training_args(out, epochs, mode, static_dir=avgs_dir, seed=args.seed):
-        return [*source, *validation, "--do_train", "--do_eval", "--max_seq_length", str(plan.max_seq_length),
+    def training_args(out, epochs, mode, static_dir=avgs_dir, seed=args.seed, train=True):
+        return [*source, *validation, *(["--do_train"] if train else []), "--do_eval",
+                "--max_seq_length", str(plan.max_seq_length),
                 "--per_device_train_batch_size", str(plan.per_device_train_batch_size),
                 "--per_device_eval_batch_size", str(plan.per_device_eval_batch_size),
                 "--output_dir", out, "--overwrite_output_dir",  # the stage's log.txt is already there
                 "--num_train_epochs", repr(epochs), "--learning_rate", repr(plan.learning_rate),
                 "--lr_scheduler_type", "constant", "--evaluation_strategy", plan.evaluation_strategy,
-                "--save_strategy", "no", "--use_papa_preprocess", "--use_freeze_extract_pooler", "true",
+                "--save_strategy", "no", *([] if lm else ["--use_papa_preprocess", "--use_freeze_extract_pooler", "true"]),
                 "--static_heads_dir", static_dir, "--save_total_limit", "0", "--seed", str(seed),
                 *limits, *mode, *passthrough]
 
@@ -178,11 +184,11 @@ def make_stages(plan, args, passthrough):
 
     def probing(name, description, k, static_dir, ranking_dir, inputs, extra=(), seed=plan.seed, tag=None):
         folder = os.path.join(plan.output_dir, name)
-        mode = ["--grad_for_classifier_only", "true", "--static_heads_num", str(k), "--sorting_heads_dir", ranking_dir,
-                *extra]
-        shown = "" if tag is None else f", seed {seed}"
-        return Stage(name, f"{description} ({_epochs(plan.num_train_epochs)}{shown})", folder, train_module,
-                     train_script, training_args(folder, plan.num_train_epochs, mode, static_dir, seed), inputs,
+        mode = [*([] if lm else ["--grad_for_classifier_only", "true"]), "--static_heads_num", str(k),
+                "--sorting_heads_dir", ranking_dir, *extra]
+        shown = ("evaluation" if lm else _epochs(plan.num_train_epochs)) + ("" if tag is None else f", seed {seed}")
+        return Stage(name, f"{description} ({shown})", folder, train_module, train_script,
+                     training_args(folder, plan.num_train_epochs, mode, static_dir, seed, train=not lm), inputs,
                      ["eval_results.json"])
 
     stages = [

@@ -2,7 +2,9 @@
 
 Per pair (model, task) the score of the task's first main metric at k = 0 and, at each k, the
 score and its relative change (score − score at k=0) / |score at k=0| — for PAPA and for each
-control, all against the same k = 0 run. Per model, the mean relative change across its tasks at
+control, all against the same k = 0 run. A relative change is a change in performance, negative = worse:
+for a metric where lower is better (lm's perplexity) its sign is flipped (papa.sweep.results.relative_change),
+so the means across tasks and the figure add up gains and losses alike whatever way each metric runs. Per model, the mean relative change across its tasks at
 each k, and the headline: at ½ of the heads (k = round(heads / 2), the sweep's default) and at all
 heads constant. A failed pair is listed with its error and left out of the means; so is a pair whose
 k = 0 probe is at chance (its sweep's warning): relative changes of a score near zero are noise
@@ -198,7 +200,8 @@ def model_markdown(model, outcomes):
             if o.results.warning and variant == "PAPA":
                 label += " (k=0 at chance: not in the means)"
             zero = by_k.get(0, (None, None))[0]
-            cells = [label, o.metric, str(n or "–"),
+            metric = o.metric if o.task.direction(o.metric) > 0 else f"{o.metric} (lower is better)"
+            cells = [label, metric, str(n or "–"),
                      _score(zero, standard_error(o.metric, zero, n)) if variant == "PAPA" else "(same)"]
             for k in ks:
                 if k:
@@ -222,10 +225,12 @@ def summary_markdown(outcomes):
     tasks = list(dict.fromkeys(o.task.name for o in outcomes))
     failed = [o for o in outcomes if o.results is None]
     lines = [f"# PAPA grid: {len(by_model)} model(s) x {len(tasks)} task(s)", "",
-             "Each task's first main metric. Relative change = (score − score at k=0) / |score at k=0|, every "
+             "Each task's first main metric. Relative change = the change in performance, negative = worse: "
+             "(score − score at k=0) / |score at k=0|, or (score at k=0 − score) / |score at k=0| for a metric where "
+             "lower is better (perplexity); every "
              "variant against the same k=0 run; a mean is over the tasks that finished with k=0 above chance. ± SE: approximate "
              "standard error of the score on n evaluation examples (accuracy √(p(1−p)/n), correlations "
-             "√((1−r²)/(n−2)), none for F1). [low, high]: 95% interval of a change from a paired bootstrap over the "
+             "√((1−r²)/(n−2)), none for F1 or perplexity). [low, high]: 95% interval of a change from a paired bootstrap over the "
              "seeds and the evaluation examples (a mean's: over its tasks' resamples); * marks one that excludes 0.",
              ""]
     lines += headline_markdown(by_model)
