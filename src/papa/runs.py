@@ -28,6 +28,7 @@ from .conll import load_token_task
 from .console import progress_bar, quiet_trainer, stage
 from .data import load_sequence_task
 from .errors import PapaError
+from .families import family_for
 from .io import atomic_files, atomic_path
 from .metrics import trainer_metrics
 from .modeling import build_model, save_papa_model, set_trainable, training_mode
@@ -86,7 +87,7 @@ def run_averaging(task, args):
     train = DatasetDict(train=first_examples(train, args.max_train_samples))
     tokenized = tokenize_cached(task, train, tokenizer, label_list, args.max_length, args.use_papa_preprocess,
                                 pad_to_max_length=True, original_token_types=args.original_token_types,
-                                num_proc=args.preprocessing_num_workers)["train"]
+                                num_proc=args.preprocessing_num_workers, causal=family_for(config).causal)["train"]
     columns = [c for c in ("input_ids", "attention_mask", "token_type_ids") if c in tokenized.column_names]
     tokenized = tokenized.with_format("torch", columns=columns)
 
@@ -194,9 +195,9 @@ def check_heads_setup(constants, mix, mode, max_seq_length, do_train, name="avgs
 # ----------------------------------------------------------------------------- probing: pieces
 
 
-def probing_datasets(task, datasets, tokenizer, label_list, data_args, pad, training_args):
+def probing_datasets(task, datasets, tokenizer, label_list, data_args, pad, training_args, causal=False):
     """{"train": dataset or None, "eval": {metric prefix: dataset}, "test": {predictions suffix: dataset}},
-    the sample limits applied before tokenising."""
+    the sample limits applied before tokenising; `causal`: a decoder's layout."""
     limits = {"train": data_args.max_train_samples}
     limits.update({split: data_args.max_eval_samples for split, _, _ in task.eval_splits})
     limits.update({split: data_args.max_predict_samples for split, _, _ in task.test_splits})
@@ -204,7 +205,7 @@ def probing_datasets(task, datasets, tokenizer, label_list, data_args, pad, trai
     tokenized = tokenize_cached(task, selected, tokenizer, label_list, data_args.max_seq_length,
                                 data_args.use_papa_preprocess, pad, data_args.label_all_tokens,
                                 data_args.original_token_types, data_args.preprocessing_num_workers,
-                                overwrite=data_args.overwrite_cache)
+                                overwrite=data_args.overwrite_cache, causal=causal)
     return {"train": tokenized["train"] if training_args.do_train else None,
             "eval": {prefix: tokenized[split] for split, _, prefix in task.eval_splits
                      if training_args.do_eval and split in tokenized},
@@ -292,7 +293,8 @@ def run_probing(task, model_args, data_args, training_args):
 
     # constant matrices and the freeze-extract pooler are defined per position: pad everything to T
     pad = data_args.pad_to_max_length or heads.loaded is not None or model_args.use_freeze_extract_pooler
-    data = probing_datasets(task, datasets, tokenizer, label_list, data_args, pad, training_args)
+    data = probing_datasets(task, datasets, tokenizer, label_list, data_args, pad, training_args,
+                            family_for(config).causal)
 
     num_replaced = sum(len(h) for h in heads.static_heads.values())
     replaced = f"{num_replaced} {'mean-output' if heads.mean_outputs is not None else 'constant'} heads"
