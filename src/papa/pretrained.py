@@ -122,7 +122,8 @@ def fit_tokenizer(tokenizer, config, causal, name):
         tokenizer.pad_token = tokenizer.eos_token
         stage(f"tokenizer {name} has no pad token: padding with its eos token {tokenizer.eos_token!r} "
               f"(id {tokenizer.pad_token_id})")
-    if causal and config.pad_token_id != tokenizer.pad_token_id:
-        stage(f"config.pad_token_id {config.pad_token_id} -> {tokenizer.pad_token_id} (the tokenizer's pad id), so "
-              f"the sequence classifier finds each row's last real token")
+    if causal and getattr(config, "pad_token_id", None) != tokenizer.pad_token_id:
+        stage(f"config.pad_token_id {getattr(config, 'pad_token_id', None)} -> {tokenizer.pad_token_id} (the "
+              f"tokenizer's pad id, saved with the model: a decoder's sequence classifier pools the last token "
+              f"before the padding)")
         config.pad_token_id = tokenizer.pad_token_id
