@@ -232,3 +232,13 @@ def test_sequence_classifier_pools_the_last_real_token(decoder_folders, name):
     assert last[1] == 15 and last[2] < 15  # one row fills its second half, one ends early
     expected = model.score(hidden[torch.arange(3), last])
     torch.testing.assert_close(logits, expected, rtol=1e-5, atol=1e-5)
+
+
+def test_a_decoder_without_the_task_head_is_a_clear_error(tmp_path, capsys):
+    """Granite has no sequence or token classifier in transformers: one error line, before any tokenising."""
+    from cli_fixtures import command_error
+
+    model_dir = save_tiny_decoder("granite", tmp_path / "granite")
+    line = command_error("glue", ["--model_name_or_path", model_dir, "--task_name", "repeat", "--do_train",
+                                  "--max_seq_length", 16, "--output_dir", tmp_path / "run"], capsys)
+    assert "no SequenceClassification model for model_type='granite'" in line

@@ -60,6 +60,16 @@ def set_trainable(model, mode):
     return trainable
 
 
+def check_task_head(model_class, config):
+    """A clear error when transformers has no `model_class` (an Auto class) for this model type: some decoders
+    (Granite; Gemma3's text model for token tasks) come without classification heads."""
+    mapping = getattr(getattr(transformers, model_class), "_model_mapping", None)
+    if mapping is not None and type(config) not in mapping:
+        head = model_class.removeprefix("AutoModelFor")
+        raise PapaError(f"transformers {transformers.__version__} has no {head} model for model_type="
+                        f"{config.model_type!r}, so this task cannot be probed on it; use a model type that has one")
+
+
 def build_model(
     model_class,
     config,

@@ -31,7 +31,7 @@ from .errors import PapaError
 from .families import family_for
 from .io import atomic_files, atomic_path
 from .metrics import trainer_metrics
-from .modeling import build_model, save_papa_model, set_trainable, training_mode
+from .modeling import build_model, check_task_head, save_papa_model, set_trainable, training_mode
 from .outputs import checkpoint_to_resume, save_results, write_sequence_predictions, write_token_predictions
 from .predictions import predictions_file, write_eval_predictions
 from .pretrained import load_config_and_tokenizer
@@ -286,6 +286,7 @@ def run_probing(task, model_args, data_args, training_args):
         model_args.model_name_or_path, model_args.cache_dir, task, label_list, data_args.max_seq_length,
         config_name=model_args.config_name, tokenizer_name=model_args.tokenizer_name,
         revision=model_args.model_revision, token=model_args.token, use_fast=model_args.use_fast_tokenizer)
+    check_task_head(task.model_class, config)
     heads = heads_to_replace(model_args, config)
     check_heads_setup(heads.loaded, heads.mix_all_heads, mode, data_args.max_seq_length, training_args.do_train,
                       REPLACEMENT_FILES[model_args.replace_heads_with])
