@@ -242,3 +242,17 @@ def test_a_decoder_without_the_task_head_is_a_clear_error(tmp_path, capsys):
     line = command_error("glue", ["--model_name_or_path", model_dir, "--task_name", "repeat", "--do_train",
                                   "--max_seq_length", 16, "--output_dir", tmp_path / "run"], capsys)
     assert "no SequenceClassification model for model_type='granite'" in line
+
+
+@pytest.mark.parametrize("name, head, classifier", [("llama", "sequence", "score"), ("gpt2", "sequence", "score"),
+                                                    ("llama", "token", "score"), ("gpt2", "token", "classifier")])
+def test_probing_modes_train_a_decoders_own_head(name, head, classifier):
+    """Without the freeze-extract probe the task head is the model's own: `score` (GPT-2's token head:
+    `classifier`), left trainable when everything else is frozen."""
+    from tiny_decoders import tiny_decoder
+
+    from papa.modeling import set_trainable
+
+    model = tiny_decoder(name, head=head)
+    only = set_trainable(model, "grad_for_classifier_only")
+    assert sorted(only) == sorted(f"{classifier}.{p}" for p, _ in getattr(model, classifier).named_parameters())
