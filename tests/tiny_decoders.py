@@ -96,3 +96,41 @@ def family_batch(name, **kwargs):
     from tiny_encoders import padded_batch
 
     return right_padded_batch(**kwargs) if name in DECODER_NAMES else padded_batch(name, **kwargs)
+
+
+# ----------------------------------------------------------------------------- saved with a tokenizer
+
+def make_decoder_tokenizer(name):
+    """A small tokenizer as the family's real one is, without a pad token: GPT-2's byte-level BPE (eos
+    <|endoftext|>, add_prefix_space=False, right padding); for the Llama family a SentencePiece-style BPE
+    (<s> before every text, </s> as eos) that pads on the left, as many Llama tokenizers do."""
+    import json
+
+    from tiny_encoders import _bpe, _corpus
+
+    if name == "gpt2":
+        vocab, merges = _bpe(["<|endoftext|>"])
+        return transformers.GPT2Tokenizer(vocab=vocab, merges=merges)
+    from tokenizers import SentencePieceBPETokenizer
+
+    trainer = SentencePieceBPETokenizer()
+    trainer.train_from_iterator(_corpus(), vocab_size=400, min_frequency=1, special_tokens=["<unk>", "<s>", "</s>"],
+                                show_progress=False)
+    model = json.loads(trainer._tokenizer.to_str())["model"]
+    merges = [tuple(m) if isinstance(m, list) else tuple(m.split(" ")) for m in model["merges"]]
+    return transformers.LlamaTokenizer(vocab=model["vocab"], merges=merges, add_bos_token=True, padding_side="left")
+
+
+def save_tiny_decoder(name, folder, seed=0):
+    """A tiny random `name` decoder (the bare model) and its tokenizer saved to `folder`, as a hub checkpoint
+    is: config.pad_token_id None (the tokenizer has no pad token either), positions for T up to 160."""
+    tokenizer = make_decoder_tokenizer(name)
+    config = tiny_decoder_config(name, vocab_size=len(tokenizer))
+    config.pad_token_id = None
+    config.bos_token_id, config.eos_token_id = tokenizer.bos_token_id, tokenizer.eos_token_id
+    config.max_position_embeddings = 160  # GPT-2: n_positions
+    config._attn_implementation = None
+    torch.manual_seed(seed)
+    transformers.AutoModel.from_config(config).save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    return str(folder)

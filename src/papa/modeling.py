@@ -21,6 +21,7 @@ from .poolers import FreezeExtractForSequenceClassification, FreezeExtractForTok
 
 WEIGHTS_NAME = "model.safetensors"
 TRAINING_MODES = ("sort_calculating", "grad_for_classifier_only", "grad_for_classifier_and_static_only")
+CLASSIFIER_NAMES = ("classifier", "score")  # the task heads: encoders' and GPT-2's token head; Llama's and GPT-2's `score`
 PROBES = {"sequence": FreezeExtractForSequenceClassification, "token": FreezeExtractForTokenClassification}
 
 
@@ -44,17 +45,29 @@ def training_mode(sort_calculating=False, grad_for_classifier_only=False, grad_f
 def set_trainable(model, mode):
     """Freeze parameters as the original did, by name; returns the names left trainable.
 
-    Always trainable in a probing mode: the classifier and anything named `pooler`; plus the
-    constant matrices (grad_for_classifier_and_static_only) or the lambdas (sort_calculating).
+    Always trainable in a probing mode: the classifier (`classifier`; decoders' HF heads: `score`) and
+    anything named `pooler`; plus the constant matrices (grad_for_classifier_and_static_only) or the
+    lambdas (sort_calculating).
     """
     extra = {"sort_calculating": "lambdas", "grad_for_classifier_and_static_only": "constant_matrices"}.get(mode)
     trainable = []
     for name, param in model.named_parameters():
-        keep = mode is None or name.startswith("classifier") or "pooler" in name or (extra is not None and extra in name)
+        keep = (mode is None or name.startswith(CLASSIFIER_NAMES) or "pooler" in name
+                or (extra is not None and extra in name))
         param.requires_grad_(keep)
         if keep:
             trainable.append(name)
     return trainable
+
+
+def check_task_head(model_class, config):
+    """A clear error when transformers has no `model_class` (an Auto class) for this model type: some decoders
+    (Granite; Gemma3's text model for token tasks) come without classification heads."""
+    mapping = getattr(getattr(transformers, model_class), "_model_mapping", None)
+    if mapping is not None and type(config) not in mapping:
+        head = model_class.removeprefix("AutoModelFor")
+        raise PapaError(f"transformers {transformers.__version__} has no {head} model for model_type="
+                        f"{config.model_type!r}, so this task cannot be probed on it; use a model type that has one")
 
 
 def build_model(

@@ -4,6 +4,9 @@ A constant attention matrix mixes positions, not tokens, so PAPA needs every exa
 same way: the first sentence in the first half of the T positions, the second sentence from T//2 on,
 and the final separator always at T-1. Then a head replaced by a constant matrix attends, say, "to
 the last separator" for every example, as the averaged attention it replaces did.
+
+Decoders (GPT-2, the Llama family) have no [CLS]/[SEP] to move: `decoder_sequence_layout` places a
+pair's second text at T//2 instead, and token rows stay as the tokenizer right-padded them.
 """
 
 from .errors import PapaError
@@ -57,18 +60,31 @@ def papa_sequence_layout(input_ids: list[int], token_type_ids: list[int] | None,
     return out
 
 
+def check_right_padding(tokenizer):
+    """Rows padded to T must start at position 0, where avgs.pt's positions start (papa.pretrained sets it)."""
+    if getattr(tokenizer, "padding_side", "right") != "right":
+        raise PapaError(f"the tokenizer pads on the {tokenizer.padding_side}; PAPA's positions must line up with "
+                        f"avgs.pt, so set tokenizer.padding_side = 'right' (the scripts do)")
+
+
 def tokenize_sequence_examples(tokenizer, examples: dict, sentence1_key, sentence2_key, max_length,
-                               papa_layout: bool, pad_to_max_length: bool, original_token_types: bool = False) -> dict:
+                               papa_layout: bool, pad_to_max_length: bool, original_token_types: bool = False,
+                               causal: bool = False) -> dict:
     """Tokenise a batch of sentence (pair) examples, for `datasets.map(batched=True)`.
 
-    The PAPA layout needs every row padded to max_length first. "label" is copied to "labels", the
-    name the model's forward takes.
+    The PAPA layout needs every row padded to max_length first; `causal` (a decoder) lays rows out with
+    `decoder_sequence_layout`. "label" is copied to "labels", the name the model's forward takes.
     """
     texts = (examples[sentence1_key],) if sentence2_key is None else (examples[sentence1_key],
                                                                       examples[sentence2_key])
     padding = "max_length" if pad_to_max_length or papa_layout else False
-    result = dict(tokenizer(*texts, padding=padding, max_length=max_length, truncation=True))
-    if papa_layout:
+    if padding:
+        check_right_padding(tokenizer)
+    if papa_layout and causal:
+        result = tokenize_decoder_texts(tokenizer, texts, max_length)
+    else:
+        result = dict(tokenizer(*texts, padding=padding, max_length=max_length, truncation=True))
+    if papa_layout and not causal:
         types = result.get("token_type_ids")
         rows = [papa_sequence_layout(ids, None if types is None else types[i], tokenizer.sep_token_id,
                                      tokenizer.pad_token_id, max_length, original_token_types)
@@ -78,6 +94,53 @@ def tokenize_sequence_examples(tokenizer, examples: dict, sentence1_key, sentenc
     if "label" in examples:
         result["labels"] = list(examples["label"])
     return result
+
+
+def decoder_sequence_layout(first_ids: list[int], second_ids: list[int] | None, pad_token_id: int,
+                            max_length: int) -> dict:
+    """The PAPA layout of a decoder's example on T = max_length positions, right padded.
+
+    A single text starts at position 0 and keeps at most T tokens. A pair's first text keeps at most
+    T//2 tokens from position 0, and its second text starts at T//2 and keeps at most T - T//2: as
+    for the encoders, the second text begins at the same position in every example, so a constant
+    matrix averaged over the training set reads it where it was seen. Decoders have no separator to
+    anchor, so nothing is pinned to T-1; the sequence classifier of a decoder pools the last real
+    token (the last one not equal to the pad id, the end of the second text), wherever it lies.
+    The gap between the texts is padding (mask 0), which the model's own mask hides; position ids
+    are 0..T-1, so the second text's positions are the same in every example.
+    """
+    T = max_length
+    if T < 1:
+        raise PapaError(f"max_length must be at least 1 for the PAPA layout, got {T}")
+    if second_ids is not None and T < 2:
+        raise PapaError(f"a pair of texts needs max_length of at least 2 for the PAPA layout (one position each), "
+                        f"got {T}")
+    first_ids = first_ids[:T if second_ids is None else T // 2]
+    kept = [(0, first_ids)] if second_ids is None else [(0, first_ids), (T // 2, second_ids[:T - T // 2])]
+    new_ids, mask = [pad_token_id] * T, [0] * T
+    for start, ids in kept:
+        new_ids[start:start + len(ids)] = ids
+        mask[start:start + len(ids)] = [1] * len(ids)
+    return {"input_ids": new_ids, "attention_mask": mask}
+
+
+def tokenize_decoder_texts(tokenizer, texts, max_length) -> dict:
+    """{"input_ids", "attention_mask"} of a batch of single texts or pairs (`texts`: one or two lists) in
+    `decoder_sequence_layout`.
+
+    Each text is tokenised on its own with the tokenizer's special tokens (Llama's <s> before each
+    text, as its pair template does; GPT-2's none), and truncated by the tokenizer to what its part
+    of the layout holds (T, or T//2 and T - T//2), so a trailing special token survives truncation.
+    """
+    T = max_length
+    if len(texts) == 1:
+        firsts, seconds = tokenizer(texts[0], max_length=T, truncation=True)["input_ids"], None
+    else:
+        firsts = tokenizer(texts[0], max_length=max(T // 2, 1), truncation=True)["input_ids"]
+        seconds = tokenizer(texts[1], max_length=max(T - T // 2, 1), truncation=True)["input_ids"]
+    rows = [decoder_sequence_layout(ids, None if seconds is None else seconds[i], tokenizer.pad_token_id, T)
+            for i, ids in enumerate(firsts)]
+    return {key: [row[key] for row in rows] for key in ("input_ids", "attention_mask")}
 
 
 def papa_token_layout(input_ids, attention_mask, labels, sep_token_id, pad_token_id, max_length):
@@ -112,16 +175,19 @@ def b_to_i_label_ids(label_list: list[str]) -> list[int]:
 
 
 def tokenize_token_examples(tokenizer, examples: dict, max_length, papa_layout: bool, pad_to_max_length: bool,
-                            label_all_tokens: bool, label_list: list[str]) -> dict:
+                            label_all_tokens: bool, label_list: list[str], causal: bool = False) -> dict:
     """Tokenise pre-split words ("tokens") and align their tags ("tags", ids or strings) to sub-tokens.
 
     A word's tag goes to its first sub-token; the other sub-tokens get -100, or with
     `label_all_tokens` the word's tag with B-X turned into I-X. Special tokens and padding get -100.
-    RoBERTa tokenizers need add_prefix_space=True for pre-split words.
+    RoBERTa tokenizers need add_prefix_space=True for pre-split words. A decoder's (`causal`) PAPA
+    layout is the right-padded row itself: there is no separator to move to T-1.
     """
     if not getattr(tokenizer, "is_fast", False):
         raise PapaError("token tasks need a fast tokenizer (word_ids() aligns tags to sub-tokens)")
     padding = "max_length" if pad_to_max_length or papa_layout else False
+    if padding:
+        check_right_padding(tokenizer)
     encoding = tokenizer(examples["tokens"], padding=padding, max_length=max_length, truncation=True,
                          is_split_into_words=True)
     result = dict(encoding)
@@ -141,7 +207,7 @@ def tokenize_token_examples(tokenizer, examples: dict, max_length, papa_layout: 
             previous_word = word
         all_labels.append(row)
     result["labels"] = all_labels
-    if papa_layout:
+    if papa_layout and not causal:
         for i in range(len(all_labels)):
             result["input_ids"][i], result["attention_mask"][i], result["labels"][i] = papa_token_layout(
                 result["input_ids"][i], result["attention_mask"][i], result["labels"][i],
@@ -150,22 +216,23 @@ def tokenize_token_examples(tokenizer, examples: dict, max_length, papa_layout: 
 
 
 def tokenize_dataset(task, dataset_dict, tokenizer, label_list, max_length, papa_layout, pad_to_max_length,
-                     label_all_tokens=False, original_token_types=False, num_proc=None):
+                     label_all_tokens=False, original_token_types=False, num_proc=None, causal=False):
     """`dataset_dict` (a DatasetDict of `task`) tokenised, labels in "labels", the original columns dropped.
 
-    `num_proc`: processes for `datasets.map` (--preprocessing_num_workers).
+    `num_proc`: processes for `datasets.map` (--preprocessing_num_workers); `causal`: the model is a
+    decoder (its PAPA layout: `decoder_sequence_layout`).
     """
     import datasets  # lazy: the layout functions above need no datasets
     if task.kind == "token":
         def tokenize(batch):
             return tokenize_token_examples(tokenizer, batch, max_length, papa_layout, pad_to_max_length,
-                                           label_all_tokens, label_list)
+                                           label_all_tokens, label_list, causal)
     else:
         first, second = (task.text_columns + (None,))[:2]
 
         def tokenize(batch):
             return tokenize_sequence_examples(tokenizer, batch, first, second, max_length, papa_layout,
-                                              pad_to_max_length, original_token_types)
+                                              pad_to_max_length, original_token_types, causal)
     return datasets.DatasetDict({split: dataset.map(tokenize, batched=True, remove_columns=dataset.column_names,
                                                     num_proc=num_proc, desc="Tokenising")
                                  for split, dataset in dataset_dict.items()})

@@ -4,15 +4,19 @@
 --token (transformers 4: --use_auth_token) pick a hub version and authenticate; --use_fast_tokenizer
 false asks for a slow tokenizer, which token tasks cannot use (they align tags with word_ids, as
 HF's run_ner requires). The averaging scripts' --model_type averages an untrained model of a type.
+
+Tokenizers are set up for PAPA's fixed positions (`fit_tokenizer`): right padding always, and a pad
+token for decoders' tokenizers that have none (GPT-2's, most Llama ones).
 """
 
 import os
 
 from transformers import AutoConfig, AutoTokenizer
 
+from .console import stage
 from .data import hub_is_offline
-from .families import FAMILIES, family_for
 from .errors import PapaError
+from .families import FAMILIES, family_for
 from .modeling import default_model_path
 
 # what a model folder needs: config, tokenizer files, weights (no TF/Flax/ONNX copies)
@@ -104,4 +108,34 @@ def load_config_and_tokenizer(model_name_or_path, cache_dir, task, label_list, m
                           add_prefix_space=True, **hub)
     if task.kind == "token" and not getattr(tokenizer, "is_fast", False):
         raise PapaError(f"{tokenizer_path} has no fast tokenizer; token tasks need one (word_ids()), as in HF's run_ner")
+    fit_tokenizer(tokenizer, config, family.causal, tokenizer_path)
     return path, config, tokenizer
+
+
+def fit_tokenizer(tokenizer, config, causal, name):
+    """Set `tokenizer` (and a decoder's `config`) up for PAPA's fixed positions, in place; each change logged.
+
+    - Right padding: rows start at position 0, as avgs.pt's positions do (many Llama tokenizers pad on
+      the left, for generation).
+    - A tokenizer without a pad token gets pad = eos, the standard fix for GPT-2 and Llama; one with
+      neither cannot pad to T: a clear error.
+    - A decoder's config.pad_token_id becomes the tokenizer's pad id (saved with the model): its sequence
+      classifier pools the last token that is not the pad id, and refuses batches without one.
+    """
+    if tokenizer.padding_side != "right":
+        stage(f"tokenizer {name} pads on the {tokenizer.padding_side}: switched to right padding, so positions "
+              f"line up with avgs.pt")
+        tokenizer.padding_side = "right"
+    if tokenizer.pad_token is None:
+        if tokenizer.eos_token is None:
+            raise PapaError(f"tokenizer {name} has neither a pad token nor an eos token, so rows cannot be padded "
+                            f"to T; give it one (\"pad_token\" in its tokenizer_config.json) or pass another "
+                            f"--tokenizer_name")
+        tokenizer.pad_token = tokenizer.eos_token
+        stage(f"tokenizer {name} has no pad token: padding with its eos token {tokenizer.eos_token!r} "
+              f"(id {tokenizer.pad_token_id})")
+    if causal and getattr(config, "pad_token_id", None) != tokenizer.pad_token_id:
+        stage(f"config.pad_token_id {getattr(config, 'pad_token_id', None)} -> {tokenizer.pad_token_id} (the "
+              f"tokenizer's pad id, saved with the model: a decoder's sequence classifier pools the last token "
+              f"before the padding)")
+        config.pad_token_id = tokenizer.pad_token_id

@@ -30,10 +30,11 @@ from .conll import load_token_task
 from .console import progress_bar, quiet_trainer, stage
 from .data import load_sequence_task
 from .errors import PapaError
+from .families import family_for
 from .io import atomic_files, atomic_path
 from .lm_data import check_lm_flags, check_lm_run, lm_blocks, load_lm_texts
 from .metrics import block_nll, trainer_metrics
-from .modeling import build_model, save_papa_model, set_trainable, training_mode
+from .modeling import build_model, check_task_head, save_papa_model, set_trainable, training_mode
 from .outputs import checkpoint_to_resume, save_results, write_sequence_predictions, write_token_predictions
 from .predictions import predictions_file, write_eval_predictions
 from .pretrained import load_config_and_tokenizer
@@ -96,7 +97,7 @@ def run_averaging(task, args):
         train = DatasetDict(train=first_examples(train, min(limits, default=None)))
         tokenized = tokenize_cached(task, train, tokenizer, label_list, args.max_length, args.use_papa_preprocess,
                                     pad_to_max_length=True, original_token_types=args.original_token_types,
-                                    num_proc=args.preprocessing_num_workers)["train"]
+                                    num_proc=args.preprocessing_num_workers, causal=family_for(config).causal)["train"]
     columns = [c for c in ("input_ids", "attention_mask", "token_type_ids") if c in tokenized.column_names]
     tokenized = tokenized.with_format("torch", columns=columns)
 
@@ -204,9 +205,9 @@ def check_heads_setup(constants, mix, mode, max_seq_length, do_train, name="avgs
 # ----------------------------------------------------------------------------- probing: pieces
 
 
-def probing_datasets(task, datasets, tokenizer, label_list, data_args, pad, training_args):
+def probing_datasets(task, datasets, tokenizer, label_list, data_args, pad, training_args, causal=False):
     """{"train": dataset or None, "eval": {metric prefix: dataset}, "test": {predictions suffix: dataset}},
-    the sample limits applied before tokenising."""
+    the sample limits applied before tokenising; `causal`: a decoder's layout."""
     limits = {"train": data_args.max_train_samples}
     limits.update({split: data_args.max_eval_samples for split, _, _ in task.eval_splits})
     limits.update({split: data_args.max_predict_samples for split, _, _ in task.test_splits})
@@ -219,7 +220,7 @@ def probing_datasets(task, datasets, tokenizer, label_list, data_args, pad, trai
     tokenized = tokenize_cached(task, selected, tokenizer, label_list, data_args.max_seq_length,
                                 data_args.use_papa_preprocess, pad, data_args.label_all_tokens,
                                 data_args.original_token_types, data_args.preprocessing_num_workers,
-                                overwrite=data_args.overwrite_cache)
+                                overwrite=data_args.overwrite_cache, causal=causal)
     return {"train": tokenized["train"] if training_args.do_train else None,
             "eval": {prefix: tokenized[split] for split, _, prefix in task.eval_splits
                      if training_args.do_eval and split in tokenized},
@@ -303,6 +304,7 @@ def run_probing(task, model_args, data_args, training_args):
         model_args.model_name_or_path, model_args.cache_dir, task, label_list, data_args.max_seq_length,
         config_name=model_args.config_name, tokenizer_name=model_args.tokenizer_name,
         revision=model_args.model_revision, token=model_args.token, use_fast=model_args.use_fast_tokenizer)
+    check_task_head(task.model_class, config)
     heads = heads_to_replace(model_args, config)
     check_heads_setup(heads.loaded, heads.mix_all_heads, mode, data_args.max_seq_length, training_args.do_train,
                       REPLACEMENT_FILES[model_args.replace_heads_with])
@@ -310,7 +312,8 @@ def run_probing(task, model_args, data_args, training_args):
 
     # constant matrices and the freeze-extract pooler are defined per position: pad everything to T
     pad = data_args.pad_to_max_length or heads.loaded is not None or model_args.use_freeze_extract_pooler
-    data = probing_datasets(task, datasets, tokenizer, label_list, data_args, pad, training_args)
+    data = probing_datasets(task, datasets, tokenizer, label_list, data_args, pad, training_args,
+                            family_for(config).causal)
 
     num_replaced = sum(len(h) for h in heads.static_heads.values())
     replaced = f"{num_replaced} {'mean-output' if heads.mean_outputs is not None else 'constant'} heads"
