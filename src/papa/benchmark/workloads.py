@@ -247,7 +247,8 @@ def training_setup(args, config, variant, seq_len):
                         constants, static, spec.mix, freeze_extract_seq_len=seq_len)
     set_trainable(model, spec.mode)
     if spec.stock_with_activation_grads:  # the embeddings' output requires grad: backward runs through every layer
-        embeddings = getattr(model.base_model, "embeddings", None) or model.base_model.get_input_embeddings()  # decoders: tokens
+        # encoders: the embeddings module; decoders have none, their token embeddings start the forward
+        embeddings = getattr(model.base_model, "embeddings", None) or model.base_model.get_input_embeddings()
         embeddings.register_forward_hook(lambda module, args, output: output.requires_grad_(True))
     model.to(args.device).train()  # as the Trainer does: dropout on
     optimizer = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=1e-5)
