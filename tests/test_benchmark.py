@@ -8,6 +8,7 @@ import statistics
 import pytest
 import torch
 from conftest import run_command, script, tiny_config
+from tiny_decoders import tiny_decoder_config
 
 from papa import fork_server
 from papa.benchmark import flops, harness, memory, workloads
@@ -97,17 +98,18 @@ def test_head_choices():
         workloads.chosen_heads(workloads.INFERENCE_VARIANTS["1/2 constant, ranked"], 2, 2, 4)
 
 
-def test_training_variants_build_what_they_say():
+@pytest.mark.parametrize("config", [workloads.tiny_config(), tiny_decoder_config("llama")], ids=["bert", "llama"])
+def test_training_variants_build_what_they_say(config):
     class Args:
         tiny, device, batch_size, model_name_or_path = True, "cpu", 2, None
 
-    config = workloads.tiny_config()
+    heads = config.num_hidden_layers * config.num_attention_heads
     for name, variant in workloads.TRAINING_VARIANTS.items():
         model, _, step = workloads.training_setup(Args, config, name, seq_len=8)
         step()  # one step runs
         papa = model.config.papa  # what the patch recorded
         assert papa.get("mix_all_heads", False) == variant.mix, name
-        assert len(papa.get("static_heads", [])) == int(variant.constant_fraction * 8), name
+        assert len(papa.get("static_heads", [])) == int(variant.constant_fraction * heads), name
         trainable = [n for n, p in model.named_parameters() if p.requires_grad]
         assert (len(trainable) == len(list(model.parameters()))) == (variant.mode is None), name
 
@@ -379,3 +381,4 @@ def test_time_weighted_bound_by_hand():
     assert flops.time_weighted_bound(0.2, 1.0) == pytest.approx(1.25)  # all time modelled: the FLOP bound
     assert flops.time_weighted_bound(0.2, 0.5) == pytest.approx(1 / 0.9)
     assert flops.time_weighted_bound(0.2, 0.0) == 1.0
+

@@ -145,11 +145,12 @@ def time_inference(args, config):
         inputs = inference_inputs(config, args.batch_size, T, args.device)
         constants = random_constants(config, T)
         models = {"stock": stock}
-        heads = {"stock": 0}
+        heads, static = {"stock": 0}, {"stock": {}}
         for label, variant in variants.items():
             k = round(variant.fraction * L * H)
             model = copy.deepcopy(stock)
-            patch_model(model, constants, static_heads=chosen_heads(variant, k, L, H, args.sorted_heads))
+            static[f"PAPA, {label}"] = chosen_heads(variant, k, L, H, args.sorted_heads)
+            patch_model(model, constants, static_heads=static[f"PAPA, {label}"])
             models[f"PAPA, {label}"] = model.eval()
             heads[f"PAPA, {label}"] = k
 
@@ -168,7 +169,8 @@ def time_inference(args, config):
                                          args.warmup, args.device)
         profiled = not (str(args.device).startswith("cuda") or args.compile or args.dtype != "fp32")
         modelled = modelled_time_share(runner(stock)) if profiled else None  # the time-weighted bound: eager fp32 CPU
-        measured.append({"seq_len": T, "times": times, "beside": beside, "heads": heads, "modelled": modelled})
+        measured.append({"seq_len": T, "times": times, "beside": beside, "heads": heads, "static_heads": static,
+                         "modelled": modelled})
         del models
         gc.collect()
     return measured
@@ -182,7 +184,7 @@ def _pool(processes):
         first = per_length[0]
         shares = [m["modelled"] for m in per_length if m["modelled"] is not None]
         pooled.append({
-            "seq_len": first["seq_len"], "heads": first["heads"],
+            "seq_len": first["seq_len"], "heads": first["heads"], "static_heads": first["static_heads"],
             "modelled": statistics.median(shares) if shares else None,
             "times": {name: [t for m in per_length for t in m["times"][name]] for name in first["times"]},
             "beside": {name: [t for m in per_length for t in m["beside"][name]] for name in first["beside"]},
@@ -212,7 +214,7 @@ def bench_inference(args, config):
         for name in times:
             stats = summary(times[name])
             paired = [1.0] if name == "stock" else paired_ratios(beside[name], times[name])  # stock beside / variant
-            flops = flop_bound(config, T, heads[name], args.batch_size)
+            flops = flop_bound(config, T, heads[name], args.batch_size, measurement["static_heads"][name])
             ratio = stock_median / stats["median_s"]
             weighted = None if modelled is None else time_weighted_bound(flops["removed_share"], modelled)
             rows.append({

@@ -54,7 +54,7 @@ TRAINING_VARIANTS = {
     "sorting": TrainingVariant("sort_calculating", mix=True),
 }
 
-# Random models at each family's base size (the shapes of the checkpoint named), for --model_type.
+# Random models at each family's base size (the shapes of the checkpoint named, or described), for --model_type.
 FAMILY_CONFIGS = {
     "deberta": ("microsoft/deberta-base", lambda: transformers.DebertaConfig(
         vocab_size=50265, hidden_size=768, num_hidden_layers=12, num_attention_heads=12, intermediate_size=3072,
@@ -68,6 +68,10 @@ FAMILY_CONFIGS = {
         global_attn_every_n_layers=3, local_attention=128, pad_token_id=50283, bos_token_id=50281,
         eos_token_id=50282, cls_token_id=50281, sep_token_id=50282)),
     "bert": ("bert-base-uncased", lambda: transformers.BertConfig()),
+    # a Llama-shaped decoder (no checkpoint: the shapes of a ~110M Llama): 12 query heads read 4 K/V heads
+    "llama": ("12 layers, hidden 768, 12 query / 4 K/V heads, SwiGLU 2048", lambda: transformers.LlamaConfig(
+        vocab_size=32000, hidden_size=768, num_hidden_layers=12, num_attention_heads=12, num_key_value_heads=4,
+        intermediate_size=2048, max_position_embeddings=2048, pad_token_id=0, bos_token_id=1, eos_token_id=2)),
 }
 
 
@@ -142,7 +146,7 @@ def random_constants(config, seq_len, seed=0):
 
 def token_ids(config, lengths, seq_len, generator):
     """[CLS] w … w [SEP] [PAD] … rows with the given real lengths, ids in the word-piece range
-    (token types only for families that take them)."""
+    (token types only for families that take them); right padding, as decoders need too."""
     batch = len(lengths)
     low = min(1000, config.vocab_size // 2)
     ids = torch.randint(low, config.vocab_size, (batch, seq_len), generator=generator)
@@ -152,7 +156,7 @@ def token_ids(config, lengths, seq_len, generator):
     ids[torch.arange(batch), torch.as_tensor(lengths) - 1] = sep_id
     ids = ids * mask + (config.pad_token_id or 0) * (1 - mask)
     inputs = {"input_ids": ids, "attention_mask": mask}
-    if config.model_type != "modernbert":
+    if hasattr(config, "type_vocab_size"):  # ModernBERT and the decoders take none
         inputs["token_type_ids"] = torch.zeros_like(ids)
     return inputs
 
@@ -243,7 +247,9 @@ def training_setup(args, config, variant, seq_len):
                         constants, static, spec.mix, freeze_extract_seq_len=seq_len)
     set_trainable(model, spec.mode)
     if spec.stock_with_activation_grads:  # the embeddings' output requires grad: backward runs through every layer
-        model.base_model.embeddings.register_forward_hook(lambda module, args, output: output.requires_grad_(True))
+        # encoders: the embeddings module; decoders have none, their token embeddings start the forward
+        embeddings = getattr(model.base_model, "embeddings", None) or model.base_model.get_input_embeddings()
+        embeddings.register_forward_hook(lambda module, args, output: output.requires_grad_(True))
     model.to(args.device).train()  # as the Trainer does: dropout on
     optimizer = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=1e-5)
     inputs = averaging_batches(cfg, 1, args.batch_size, seq_len, seed=1)[0]
