@@ -51,6 +51,8 @@ def test_data_dir_root_resolution(tmp_path):
     for token_task in ("ner", "pos", "chunk"):
         assert resolve_data_dir(root, get_task(token_task), True) == str(root / "conll2003")
     assert resolve_data_dir(root, get_task("repeat"), True) is None  # built in: no data
+    for several in (True, False):  # lm reads --train_file/--validation_file, never a task folder
+        assert resolve_data_dir(root, get_task("lm"), several) is None
     assert resolve_data_dir(None, get_task("cola"), True) is None  # the hub, when online
     with pytest.raises(PapaError) as err:
         resolve_data_dir(root, get_task("rte"), True)

@@ -56,13 +56,13 @@ def _child(folder, name):
 def resolve_data_dir(root, task, several_tasks):
     """The folder of `task`'s files under --data_dir `root`.
 
-    The built-in tasks need none (None). With one task, `root` itself when it holds the task's
+    The built-in tasks need none (None), nor does lm (it reads --train_file/--validation_file). With one task, `root` itself when it holds the task's
     training file (as before the grid); otherwise, or with several tasks, the task's official folder
     directly under `root`, else one level down. One task and nothing found: `root` as given (the
     stage names what it lacks). Several tasks and nothing found, or two candidates one level down:
     a PapaError listing what was looked for.
     """
-    if task.generator is not None or root is None:
+    if task.generator is not None or task.kind == "lm" or root is None:
         return None
     root = os.path.abspath(root)
     if not os.path.isdir(root):
