@@ -149,6 +149,21 @@ def test_fit_tokenizer_switches_to_right_padding_and_pads_with_eos(capsys):
     assert capsys.readouterr().out == ""
 
 
+def test_fit_tokenizer_pads_with_eos_when_the_pad_token_is_outside_the_embeddings(capsys):
+    """A pad token added on top of the model's vocabulary (as Qwen2's tokenizer class adds one) cannot be embedded."""
+    tok = make_decoder_tokenizer("llama")
+    tok.add_special_tokens({"pad_token": "<pad>"})
+    vocab = tok.pad_token_id  # the model's embeddings end just before the added pad token
+    config = transformers.LlamaConfig(vocab_size=vocab, pad_token_id=None)
+    fit_tokenizer(tok, config, True, "tiny")
+    assert tok.pad_token_id == tok.eos_token_id == config.pad_token_id == 2
+    assert f"pad token (id {vocab}) is outside the model's {vocab} embeddings" in capsys.readouterr().out
+    tok.add_special_tokens({"pad_token": "<pad>"})
+    tok.eos_token = "<pad>"  # no eos inside the embeddings either: nothing to pad with
+    with pytest.raises(PapaError, match="outside the model's .* embeddings and it has no eos token inside them"):
+        fit_tokenizer(tok, transformers.LlamaConfig(vocab_size=vocab), True, "tiny")
+
+
 def test_fit_tokenizer_leaves_encoder_configs_alone():
     tok = make_decoder_tokenizer("gpt2")
     config = transformers.BertConfig(pad_token_id=7)

@@ -5,7 +5,7 @@ tokenizer without a pad token that pads on the left): averages → ranking run �
 heads constant, on the synthetic `repeat` task (single texts), an MRPC slice (pairs, the second text
 at T//2) and CoNLL NER. Each probing run writes its eval metric and eval_predictions.jsonl, its saved
 model (config.pad_token_id = eos) reproduces its evaluation when reloaded. The sweep runs with its
-three controls on the Llama.
+three controls on the Llama; Mistral, Qwen2, Qwen3 and Gemma2 run as a grid of models.
 """
 
 import json
@@ -124,3 +124,26 @@ def test_sweep_with_controls_on_a_gqa_llama(tmp_path):
         assert 0 <= results["eval_accuracy"] <= 1, folder
         assert (out / folder / "eval_predictions.jsonl").is_file(), folder
     assert (out / "results.csv").is_file() and (out / "results.md").is_file()
+
+
+def test_grid_of_the_other_llama_like_families(tmp_path):
+    """Mistral, Qwen2, Qwen3 and Gemma2 (soft-capping, query scaling) as a grid of models × `repeat`: each through
+    the averaging script, the ranking run, probing at k = 0 and 6, and the uniform control, and into the summary."""
+    names = ["mistral", "qwen2", "qwen3", "gemma2"]
+    models = [save_tiny_decoder(name, tmp_path / name) for name in names]
+    out = tmp_path / "grid"
+    run_command(script("run_papa_sweep.py") + [
+        "--model_name_or_path", *models, "--task_name", "repeat", "--output_dir", out, "--static_heads_nums", 0, 6,
+        "--max_seq_length", T, "--num_train_epochs", 1, "--sort_num_train_epochs", 1, "--max_train_samples", 32,
+        "--max_eval_samples", 16, "--controls", "uniform"], cwd=tmp_path)
+    import csv
+
+    rows = list(csv.DictReader((out / "summary.csv").open()))
+    assert {r["model"] for r in rows} == set(names)
+    assert {r["status"] for r in rows} == {"ok"}
+    for name in names:
+        pair = out / name / "repeat"
+        assert torch.load(pair / "avgs" / "avgs.pt", weights_only=True).shape == (3, 4, T, T), name
+        for folder in ("k_0", "k_6", "uniform_k_6"):
+            assert 0 <= json.loads((pair / folder / "eval_results.json").read_text())["eval_accuracy"] <= 1
+        assert len(json.loads((pair / "k_6" / "config.json").read_text())["papa"]["static_heads"]) == 6
