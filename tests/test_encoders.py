@@ -121,6 +121,43 @@ def test_fast_path_equals_probabilities_path_with_gradients(name, heads):
 
 
 @pytest.mark.parametrize("name", ALL_FAMILIES)
+@pytest.mark.parametrize("heads", ["some", "all", "mean_output"])
+def test_dropout_path_equals_probabilities_path_with_gradients(name, heads):
+    """Training with attention dropout: the dropout path (attentions not requested) draws the probabilities path's
+    mask and gives its outputs and gradients, in layers that mix both kinds of heads (laid out), on padded batches
+    with all-zero constant rows; the probabilities path's mask is checked by hand in
+    test_attention_dropout_masks_follow_the_stock_head_order."""
+    impl = "sdpa" if name in SDPA_FAMILIES + SDPA_DECODERS else "eager"
+    model = tiny_family_model(name, impl, head="token")
+    static = all_heads() if heads == "all" else [[0, 1], [2, 0], [2, 3], [1, 2], [1, 0], [1, 1]]
+    if heads == "mean_output":
+        means = torch.randn(L, H, T, papa.attention.head_dim(model), generator=torch.Generator().manual_seed(3))
+        papa.patch_model(model, static_heads=static, mean_outputs=means)
+    else:
+        constants = random_constants()
+        constants[:, :, -2:] = 0  # rows no training example reached
+        papa.patch_model(model, constants, static_heads=static)
+    assert any(m.papa_head_order for m in attention_modules(model)) or heads == "all"
+    assert all(m.papa_dropout_p > 0 for m in attention_modules(model))
+    model.train()
+    ids, mask = family_batch(name)
+    outputs = {}
+    for path, want_attentions in (("dropout", False), ("probabilities", True)):
+        torch.manual_seed(11)
+        out = model(input_ids=ids, attention_mask=mask, output_attentions=want_attentions)
+        assert (out.attentions is not None) == want_attentions
+        model.zero_grad()
+        out.logits[mask > 0].sum().backward()
+        outputs[path] = out.logits, {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
+    (fast, fast_grads), (slow, slow_grads) = outputs["dropout"], outputs["probabilities"]
+    real = mask > 0
+    assert_close(fast[real], slow[real], rtol=1e-5, atol=1e-5)
+    assert fast_grads.keys() == slow_grads.keys()
+    for n, grad in slow_grads.items():
+        assert_close(fast_grads[n], grad, rtol=1e-4, atol=1e-5 * max(1.0, grad.abs().max().item()))
+
+
+@pytest.mark.parametrize("name", ALL_FAMILIES)
 def test_mix_limits(name):
     ids, mask = family_batch(name)
     stock = tiny_family_model(name)

@@ -74,6 +74,17 @@ def normalized_constant(constant, valid):
     return l1_normalize(constant.unsqueeze(0) * padding_pattern(valid).to(constant.dtype))
 
 
+def row_scale(constant, valid):
+    """m_i / max(Σ_j |C_ij| m_j, eps) in float32: (H, T, B), or (H, T, 1) without padding (valid None).
+
+    The factor that turns the rows of C·P into those of norm(C·P); 0 on padded and all-zero rows.
+    """
+    if valid is None:
+        return 1 / row_divisor(constant.abs().sum(-1, dtype=torch.float32))[:, :, None]  # (H, T, 1)
+    valid_t = valid.t().float()  # (T, B)
+    return valid_t / row_divisor(torch.matmul(constant.abs().float(), valid_t))  # (H, T, B)
+
+
 def constant_attention_output(constant, values, valid, out=None):
     """norm(C·P) · V without materialising (B, H, T, T).
 
@@ -85,11 +96,8 @@ def constant_attention_output(constant, values, valid, out=None):
     The matmul runs in the values' dtype; the row sums, their reciprocals and the scaling in float32.
     """
     B, T, H, d = values.shape
-    if valid is None:
-        scale = 1 / row_divisor(constant.abs().sum(-1, dtype=torch.float32))[:, :, None]  # (H, T, 1)
-    else:
-        valid_t = valid.t().float()  # (T, B)
-        scale = valid_t / row_divisor(torch.matmul(constant.abs().float(), valid_t))  # (H, T, B); 0 on padded rows
+    scale = row_scale(constant, valid)  # (H, T, B) or (H, T, 1)
+    valid_t = None if valid is None else valid.t()  # (T, B)
     if not in_place_ok(values, constant):
         masked = values if valid is None else values * valid[:, :, None, None].to(values.dtype)
         numerator = torch.bmm(constant, masked.permute(2, 1, 0, 3).reshape(H, T, B * d)).view(H, T, B, d)
@@ -118,3 +126,19 @@ def mean_output(means, valid, batch_size):
     H, T, d = means.shape
     out = means.permute(1, 0, 2).unsqueeze(0).expand(batch_size, T, H, d)
     return out if valid is None else out * valid[:, :, None, None].to(out.dtype)
+
+
+def dropped_constant_output(constant, keep, values, valid):
+    """(keep ⊙ norm(C·P)) · V, attention dropout on constant heads, without materialising norm(C·P).
+
+    constant: (H, T, T); keep: (B, H, T, T) dropout multipliers (0 or 1/(1−p)); values: (B, T, H, d);
+    valid: (B, T) or None → (B, T, H, d). Row i is m_i/r_bi · Σ_j keep_bij C_ij m_j V_bj, r_bi the row
+    sum of norm(·), so the (B, H, T, T) work is one product keep ⊙ C and one batched matmul (the
+    probabilities path builds C·P, its row sums, their quotient and the dropout product besides).
+    Without autograd the product is written into `keep`, which the caller drew for this call.
+    """
+    masked = values if valid is None else values * valid[:, :, None, None].to(values.dtype)
+    weights = torch.mul(keep, constant, out=keep) if in_place_ok(keep, constant) else keep * constant
+    numerator = torch.matmul(weights, masked.transpose(1, 2))  # (B, H, T, d)
+    scale = row_scale(constant, valid).permute(2, 0, 1).unsqueeze(-1)  # (B, H, T, 1) or (1, H, T, 1)
+    return (numerator * scale).to(values.dtype).transpose(1, 2)  # float32 product, rounded once

@@ -25,10 +25,13 @@ sum changes); attentions are returned in the stock head order, while the heads' 
 `config.papa["head_layout"]` records for reload. Attention-dropout masks are drawn in the stock
 head order, so seeded training is the same in either layout.
 
-Two code paths compute the same thing:
+Three code paths compute the same thing:
 - the probabilities path materialises every head's (B, H, T, T) attention; it runs when
-  attentions are requested, and in training when attention dropout is on (dropout acts on the
-  mixed probabilities, as in the original);
+  attentions are requested, and in mix mode's training with attention dropout (dropout acts on
+  the mixed probabilities, as in the original);
+- the dropout path, in training with attention dropout otherwise (the probing runs): the same
+  dropout mask, but dynamic heads' softmax and constant heads' keep ⊙ C are each multiplied
+  by their values directly (`dropped_constant_output`), with no (B, H, T, T) normalisation;
 - the fast path never builds probabilities: dynamic heads go through the adapter's fused kernel
   (`scaled_dot_product_attention`), constant heads through `constant_attention_output`.
 
@@ -50,10 +53,9 @@ Adapter hooks (all take the `Call` made by `papa_call` from the stock forward's 
 from dataclasses import dataclass, field
 
 import torch
-import torch.nn.functional as F
 
-from ..constant_math import (constant_attention_output, constants_in, in_place_ok, mean_output, normalize_rows,
-                             normalized_constant)
+from ..constant_math import (constant_attention_output, constants_in, dropped_constant_output, in_place_ok,
+                             mean_output, normalize_rows, normalized_constant)
 from ..errors import PapaError
 from .pruning import head_rows, input_dim
 
@@ -141,8 +143,11 @@ class PapaAttention:
         # only replaced heads need the padding pattern; an all-dynamic layer runs exactly like stock
         valid = self.papa_validity(call) if self._has_replacements else None
         want_probs = call.want_probs or self.papa_return_probs
-        if want_probs or (self.training and self.papa_dropout_p > 0):
+        dropout = self.training and self.papa_dropout_p > 0
+        if want_probs or (dropout and self.mix_all_heads):
             context, probs = self._probabilities_path(call, values, valid)
+        elif dropout:
+            context, probs = self._dropout_path(call, values, valid), None
         else:
             context, probs = self._fast_path(call, values, valid), None
         probs = self.papa_stock_order(probs, dim=1) if want_probs else None  # (B, H, T, T)
@@ -272,20 +277,45 @@ class PapaAttention:
             if self.head_mode == "constant":
                 probs[:, D:] = self._constants(probs.dtype)
             probs = normalize_rows(probs, valid)  # mean-output heads keep all-zero rows: they do not attend
-        probs = self._dropout(probs)
+        if self.training and self.papa_dropout_p > 0:
+            probs = probs * self._dropout_keep(probs, B, H, T)
         context = torch.matmul(probs, values.transpose(1, 2)).transpose(1, 2)  # (B, T, H, d)
         if self.static_heads and self.head_mode == "mean_output":
             context[:, :, D:] = self._replaced_output(values[:, :, D:], valid)
         return context, probs
 
-    def _dropout(self, probs):
-        """Attention dropout, its mask drawn in the stock head order: a seed drops the same
-        entries of each head whatever the layout, so seeded training matches an unpermuted layer."""
-        if not (self.training and self.papa_dropout_p > 0) or self.papa_head_order is None:
-            return F.dropout(probs, p=self.papa_dropout_p, training=self.training)
-        keep = F.dropout(torch.ones_like(probs), p=self.papa_dropout_p)  # (B, H, T, T) in the stock order: 0 or 1/(1-p)
-        order = torch.tensor(self.papa_head_order, device=probs.device)
-        return probs * keep.index_select(1, order)
+    def _dropout_path(self, call, values, valid):
+        """Training with attention dropout, attentions not requested: the probabilities path's output with its
+        mask, without its (B, H, T, T) zero fill, copies and normalisation. Dynamic heads: softmax ⊙ keep · V;
+        constant heads: (keep ⊙ C) · (V·m), rows scaled to norm(C·P)'s (`dropped_constant_output`)."""
+        B, T, H, d = values.shape
+        D = len(self.dynamic_heads)  # heads are laid out [dynamic | replaced]
+        # the scores first, as in the probabilities path: a family's own dropout inside them (DeBERTa's position
+        # embeddings) draws before the attention mask does
+        probs = self.papa_scores(call).softmax(dim=-1).to(values.dtype) if D else None  # (B, D, T, T)
+        keep = self._dropout_keep(values, B, H, T)  # (B, H, T, T), the probabilities path's draw
+        parts = []
+        if D:
+            if valid is not None:  # as norm(·) does: padded query rows are zero (padded keys are already)
+                probs = probs * valid[:, None, :, None].to(probs.dtype)
+            parts.append(torch.matmul(probs * keep[:, :D], values[:, :, :D].transpose(1, 2)).transpose(1, 2))
+        if D < H:
+            replaced = values[:, :, D:]
+            parts.append(self._replaced_output(replaced, valid) if self.head_mode == "mean_output" else
+                         dropped_constant_output(self._constants(values.dtype), keep[:, D:], replaced, valid))
+        return parts[0] if len(parts) == 1 else torch.cat(parts, dim=2)  # (B, T, H, d)
+
+    def _dropout_keep(self, like, B, H, T):
+        """Attention-dropout multipliers (B, H, T, T) in `like`'s dtype: 0 or 1/(1−p), drawn as F.dropout draws
+        on CPU and in the stock head order, so a seed drops the same entries of each head whatever the layout
+        and whichever path runs; returned in this layer's layout."""
+        p = self.papa_dropout_p
+        if p >= 1:
+            return like.new_zeros(B, H, T, T)
+        keep = like.new_empty(B, H, T, T).bernoulli_(1 - p).div_(1 - p)
+        if self.papa_head_order is None:
+            return keep
+        return keep.index_select(1, torch.tensor(self.papa_head_order, device=like.device))
 
     # ------------------------------------------------------------------ adapter defaults
 
