@@ -111,6 +111,13 @@ def goals(results):
                                 f"(±max(10%, 4 MB), float64 sums aside)",
                         "value": f"{b:.1f} MB vs {a:.1f} MB", "met": _same_memory(a, b), "noise": None})
     training = {r["variant"]: r for r in (results.get("training") or {}).get("rows", [])}
+    probing = training.get("probing (all constant)")
+    if probing and probing.get("percent_of_bound") is not None:
+        low, high = (percent_of_bound(r, probing["flop_bound_speedup"]) for r in probing["paired_speed_ratio_ci95"])
+        out.append({"goal": "probing step, all heads constant: ≥ 90% of the FLOP bound's gain (paired)",
+                    "value": f"{probing['percent_of_bound']:.0f}% ({probing['paired_speed_ratio']:.3f}x; 95% CI "
+                             f"{low:.0f}–{high:.0f}%)",
+                    "met": probing["percent_of_bound"] >= 90, "noise": relative_spread(probing)})
     sorting, reference = training.get("sorting"), training.get("stock probe, backward through the encoder")
     if sorting and reference:
         ratio = sorting["median_s"] / reference["median_s"]
@@ -206,12 +213,24 @@ def _averaging_section(a, s):
 
 
 def _training_section(t, s):
-    table = markdown_table(["mode", "set_trainable", "trainable params", "median ms/step", "IQR ms", "peak memory increase MB"],
+    def bound(r):
+        if "flop_bound_speedup" not in r:
+            return "", ""
+        return f"{r['flop_bound_speedup']:.3f}x", percent_cell(r["percent_of_bound"])
+
+    table = markdown_table(["mode", "set_trainable", "trainable params", "median ms/step", "IQR ms",
+                            "speed vs stock probing, paired (95% CI)", "FLOP bound", "% of bound",
+                            "peak memory increase MB"],
                    [[r["variant"], r["mode"], f"{r['trainable_parameters']:,}", f"{1e3 * r['median_s']:.1f}",
-                     f"{1e3 * (r['p75_s'] - r['p25_s']):.1f}", f"{r['peak_increase_mb']:.1f}"] for r in t["rows"]])
+                     f"{1e3 * (r['p75_s'] - r['p25_s']):.1f}",
+                     _paired(r) if "paired_speed_ratio" in r else "1 (reference)", *bound(r),
+                     f"{r['peak_increase_mb']:.1f}"] for r in t["rows"]])
     return ([f"## One training step (forward + backward + AdamW, batch {t['batch_size']}, T={t['seq_len']}, "
              f"freeze-extract sequence probe, train mode; {s['train_repeats']} repeats)", ""] + table
-            + ["", "Memory: peak increase over two steps (AdamW state included) in a fresh child process."])
+            + ["", "paired = median over rounds of (the stock probing steps just before and after) / this step, each "
+                   "mode run between two stock probing steps; the probing steps' FLOP bound is the forward's (the "
+                   "encoder is frozen), constant heads taken layer by layer. Memory: peak increase over two steps "
+                   "(AdamW state included) in a fresh child process."])
 
 
 def _goals_section(goal_rows):

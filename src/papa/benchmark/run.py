@@ -42,8 +42,9 @@ from .memory import measure_memory
 from .pool import pool_runs, pooled_markdown
 from .report import goals, machine_info, markdown
 from .workloads import (AVERAGING_VARIANTS, FAMILY_CONFIGS, INFERENCE_VARIANTS, TRAINING_VARIANTS, averaging_batches,
-                        chosen_heads, inference_inputs, load_config, load_encoder, quiet_transformers,
+                        chosen_heads, inference_inputs, layer_major, load_config, load_encoder, quiet_transformers,
                         random_constants, stock_implementation, training_setup)
+from ..ranking import first_k_heads
 
 
 @dataclass
@@ -88,6 +89,10 @@ class BenchmarkArguments:
     avg_repeats: int = field(default=3, metadata={"help": "timed repetitions of each averaging variant"})
     train_seq_len: int = field(default=64, metadata={"help": "sequence length of the training step"})
     train_repeats: int = field(default=6, metadata={"help": "timed training steps per mode"})
+    train_variants: list[str] | None = field(default=None, metadata={
+        "choices": list(TRAINING_VARIANTS),
+        "help": "training modes to time beside the stock probing step, quoted (default: all; 'probing' itself always "
+                "runs, the reference)"})
     malloc_mmap_threshold: int = field(default=131072, metadata={
         "help": "CPU memory children call mallopt(M_MMAP_THRESHOLD, this many bytes), so freed tensors leave the "
                 "RSS at once and peaks are reproducible; 0 keeps glibc's dynamic default"})
@@ -290,20 +295,33 @@ def bench_training(args, config):
     T = args.train_seq_len
     steps = {}
     trainable = {}
-    for variant in TRAINING_VARIANTS:
+    chosen = {name: spec for name, spec in TRAINING_VARIANTS.items()
+              if name == "probing" or args.train_variants is None or name in args.train_variants}
+    for variant in chosen:
         model, _, step = training_setup(args, config, variant, T)
         steps[variant] = step
         trainable[variant] = sum(p.numel() for p in model.parameters() if p.requires_grad)
     print(f"[bench] training: {len(steps)} modes x {args.train_repeats} repeats", file=sys.stderr, flush=True)
-    times = interleaved_times(steps, args.train_repeats, args.warmup, args.device)
+    # each mode beside the stock probe's step (R v1 R v2 … R): the probing steps' speed-ups are paired ratios
+    times, beside = sandwiched_times(steps, "probing", args.train_repeats, args.warmup, args.device)
     del steps
     gc.collect()
+    L, H = config.num_hidden_layers, config.num_attention_heads
     rows = []
-    for variant in TRAINING_VARIANTS:
+    for variant, spec in chosen.items():
         print(f"[bench] training memory: {variant} (child process)", file=sys.stderr, flush=True)
         memory = in_fresh_process(measure_memory, args, {"kind": "training", "variant": variant})
-        rows.append({"variant": variant, "mode": TRAINING_VARIANTS[variant].mode or "full fine-tuning",
-                     "trainable_parameters": trainable[variant], **summary(times[variant]), **memory})
+        row = {"variant": variant, "mode": spec.mode or "full fine-tuning",
+               "trainable_parameters": trainable[variant], **summary(times[variant]), **memory}
+        if variant != "probing":
+            paired = paired_ratios(beside[variant], times[variant])  # stock probe beside / this mode
+            row.update(paired_speed_ratio=statistics.median(paired), paired_speed_ratio_ci95=median_interval(paired))
+        if spec.mode == "grad_for_classifier_only" and spec.constant_fraction and not spec.stock_with_activation_grads:
+            k = int(spec.constant_fraction * L * H)  # a probing step is a forward of the frozen encoder: its bound
+            static = first_k_heads(layer_major(L, H), k, L, H)
+            row["flop_bound_speedup"] = flop_bound(config, T, k, args.batch_size, static)["bound_speedup"]
+            row["percent_of_bound"] = percent_of_bound(row["paired_speed_ratio"], row["flop_bound_speedup"])
+        rows.append(row)
     return {"seq_len": T, "batch_size": args.batch_size, "rows": rows}
 
 

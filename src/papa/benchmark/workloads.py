@@ -47,6 +47,7 @@ class TrainingVariant:
 TRAINING_VARIANTS = {
     "probing": TrainingVariant("grad_for_classifier_only"),
     "probing (1/2 constant)": TrainingVariant("grad_for_classifier_only", constant_fraction=0.5),
+    "probing (all constant)": TrainingVariant("grad_for_classifier_only", constant_fraction=1.0),
     "full fine-tuning": TrainingVariant(None),
     # the work a ranking run cannot avoid: backward through the encoder's activations (to reach the λ)
     "stock probe, backward through the encoder": TrainingVariant("grad_for_classifier_only",
