@@ -160,7 +160,7 @@ def test_fit_tokenizer_pads_with_eos_when_the_pad_token_is_outside_the_embedding
     assert f"pad token (id {vocab}) is outside the model's {vocab} embeddings" in capsys.readouterr().out
     tok.add_special_tokens({"pad_token": "<pad>"})
     tok.eos_token = "<pad>"  # no eos inside the embeddings either: nothing to pad with
-    with pytest.raises(PapaError, match="outside the model's .* embeddings and it has no eos token inside them"):
+    with pytest.raises(PapaError, match="outside the model's .* embeddings, and its eos token .* outside them too"):
         fit_tokenizer(tok, transformers.LlamaConfig(vocab_size=vocab), True, "tiny")
 
 

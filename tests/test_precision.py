@@ -16,6 +16,7 @@ import pytest
 import torch
 
 import papa
+from papa.families import attention_modules
 from papa.constant_math import constant_attention_output, constants_in, normalize_rows, normalized_constant
 from tiny_decoders import DECODER_NAMES, SDPA_DECODERS, family_batch
 from tiny_decoders import tiny_family_model as family_model
@@ -140,9 +141,8 @@ def test_ranking_run_backward_is_finite_and_close_to_fp32(name, precision):
     example does). Were one to, F.normalize's gradient there would be upstream / 1e-12 in float32, as in the
     original code; that is left as it is.
 
-    Gemma2 is left out: there the last layer's λ gradients come out 4-6x the stock attention weights' relative
-    error in float16/bfloat16 (its value gradients match the stock model's; the same with soft-capping off), which
-    this yardstick does not allow; the cause is not established.
+    Gemma2 is left out here: its last layer's λ gradient is a sum that cancels ~5x more than the stock weights'
+    gradients there, so it gets the yardstick scaled by that (test_gemma2_lambda_gradients_within_their_conditioning).
     """
     ids, mask = family_batch(name, lengths=(T - 4, 7, 3))
     labels = torch.tensor([0, 1, 2])
@@ -161,6 +161,80 @@ def test_ranking_run_backward_is_finite_and_close_to_fp32(name, precision):
     for n in papa_grads + attention:
         error = relative_error(got[n], want[n])
         assert error <= allowed, f"{n}: relative error {error:.2e} > {RATIO} x stock {allowed / RATIO:.2e}"
+
+
+def cancellation(terms, dims):
+    """‖Σ|terms|‖ / ‖Σ terms‖ over `dims`: how much a gradient's sum cancels. Rounding each term by a relative ε
+    moves the sum by up to ε·Σ|terms|, so a sum's relative error scales with this (its condition number)."""
+    return (terms.abs().sum(dims).norm() / terms.sum(dims).norm()).item()
+
+
+def lambda_and_value_cancellation(model, ids, mask, labels):
+    """Per layer, in float32 and eval mode (mix mode, λ = 0): the cancellation of λ's gradient, whose terms are
+    dL/dout · (A − C) per (example, position, head, channel), A and C the layer's heads' output (the output
+    projection's input) with that layer's λ → +∞ and −∞, the other layers' at 0; and of the value projection's
+    weight gradient, whose terms are dL/dv ⊗ x per token."""
+    model = model.eval()
+    layers = attention_modules(model)
+    captured = {}
+
+    def hook(key, index):
+        return lambda module, args: captured.__setitem__((key, index), args[0])
+
+    def forward(lam=None, layer=None):
+        with torch.no_grad():
+            for i, m in enumerate(layers):
+                m.lambdas.fill_(lam if i == layer else 0.0)
+        return model(input_ids=ids, attention_mask=mask).logits
+
+    for i, m in enumerate(layers):  # A and C of layer i, on the input the λ = 0 model gives it
+        handle = m.o_proj.register_forward_pre_hook(hook("A", i))
+        forward(60.0, i)
+        handle.remove()
+        handle = m.o_proj.register_forward_pre_hook(hook("C", i))
+        forward(-60.0, i)
+        handle.remove()
+    handles = [m.v_proj.register_forward_pre_hook(hook("x", i)) for i, m in enumerate(layers)]
+    handles += [m.o_proj.register_full_backward_hook(
+        lambda module, grad_in, grad_out, i=i: captured.__setitem__(("g_out", i), grad_in[0])) for i, m in enumerate(layers)]
+    handles += [m.v_proj.register_full_backward_hook(
+        lambda module, grad_in, grad_out, i=i: captured.__setitem__(("g_v", i), grad_out[0])) for i, m in enumerate(layers)]
+    torch.nn.functional.cross_entropy(forward(), labels).backward()
+    for handle in handles:
+        handle.remove()
+    result = []
+    for i in range(len(layers)):
+        B, T_ = ids.shape
+        lam_terms = (captured[("g_out", i)] * (captured[("A", i)] - captured[("C", i)])).view(B, T_, H, -1)  # (B, T, H, d)
+        x, g = captured[("x", i)].flatten(0, 1), captured[("g_v", i)].flatten(0, 1)  # (B·T, in), (B·T, out)
+        value_terms = g[:, :, None] * x[:, None, :]  # (B·T, out, in)
+        result.append((cancellation(lam_terms, (0, 1, 3)), cancellation(value_terms, 0)))
+    return result
+
+
+@pytest.mark.parametrize("precision", PRECISIONS)
+def test_gemma2_lambda_gradients_within_their_conditioning(precision):
+    """Gemma2's ranking run: every gradient finite (test above's check), and each layer's λ gradient within RATIO x
+    the stock model's worst attention-weight error, scaled by how much more λ's sum cancels than the value weights'
+    in that layer (`cancellation`, measured in float32 on the same batch; ~5x in the last layer, where λ's error is
+    4-6x the unscaled yardstick, against 1.4-3.3x in Llama's and Qwen3's layers, which pass it unscaled)."""
+    name = "gemma2"
+    ids, mask = family_batch(name, lengths=(T - 4, 7, 3))
+    labels = torch.tensor([0, 1, 2])
+    base = family_model(name, "eager")
+    low, high = (ranking_step_grads(base, p, ids, mask, labels) for p in (precision, "fp32"))
+    stock = max(relative_error(low[n], high[n]) for n in high if n.endswith(ATTENTION_WEIGHTS))
+    model = patched(base, "mix")
+    conditioning = lambda_and_value_cancellation(copy.deepcopy(model), ids, mask, labels)
+    got, want = (ranking_step_grads(model, p, ids, mask, labels) for p in (precision, "fp32"))
+    for layer, (lam_cancels, value_cancels) in enumerate(conditioning):
+        n = f"model.layers.{layer}.self_attn.lambdas"
+        allowed = RATIO * stock * max(1.0, lam_cancels / value_cancels)
+        error = relative_error(got[n], want[n])
+        assert error <= allowed, f"{n}: relative error {error:.2e} > {allowed:.2e} (cancellation {lam_cancels:.1f} " \
+                                 f"against {value_cancels:.1f})"
+    for n in [n for n in got if n.endswith("constant_matrices")] + [n for n in got if n.endswith(ATTENTION_WEIGHTS)]:
+        assert relative_error(got[n], want[n]) <= RATIO * stock, n
 
 
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])

@@ -118,7 +118,8 @@ def fit_tokenizer(tokenizer, config, causal, name):
     - Right padding: rows start at position 0, as avgs.pt's positions do (many Llama tokenizers pad on
       the left, for generation).
     - A tokenizer without a pad token gets pad = eos, the standard fix for GPT-2 and Llama; one with
-      neither cannot pad to T: a clear error. So does one whose pad id lies outside the model's embeddings.
+      neither cannot pad to T: a clear error. A pad id outside the model's embeddings (a token added on top of
+      its vocabulary) is replaced by eos the same way, or is a clear error without an eos inside them.
     - A decoder's config.pad_token_id becomes the tokenizer's pad id (saved with the model): its sequence
       classifier pools the last token that is not the pad id, and refuses batches without one.
     """
@@ -126,23 +127,21 @@ def fit_tokenizer(tokenizer, config, causal, name):
         stage(f"tokenizer {name} pads on the {tokenizer.padding_side}: switched to right padding, so positions "
               f"line up with avgs.pt")
         tokenizer.padding_side = "right"
-    if tokenizer.pad_token is None:
+    vocab = getattr(config, "vocab_size", None)
+    missing = tokenizer.pad_token is None
+    if missing or (vocab is not None and tokenizer.pad_token_id >= vocab):  # e.g. a pad token added on top of the vocabulary
         if tokenizer.eos_token is None:
             raise PapaError(f"tokenizer {name} has neither a pad token nor an eos token, so rows cannot be padded "
                             f"to T; give it one (\"pad_token\" in its tokenizer_config.json) or pass another "
                             f"--tokenizer_name")
+        reason = " has no pad token" if missing else (f"'s pad token (id {tokenizer.pad_token_id}) is outside the "
+                                                      f"model's {vocab} embeddings")
+        if vocab is not None and tokenizer.eos_token_id >= vocab:
+            raise PapaError(f"tokenizer {name}{reason}, and its eos token (id {tokenizer.eos_token_id}) is outside "
+                            f"them too: nothing to pad with; pass a tokenizer that matches the model (--tokenizer_name)")
         tokenizer.pad_token = tokenizer.eos_token
-        stage(f"tokenizer {name} has no pad token: padding with its eos token {tokenizer.eos_token!r} "
-              f"(id {tokenizer.pad_token_id})")
-    vocab = getattr(config, "vocab_size", None)
-    if vocab is not None and tokenizer.pad_token_id >= vocab:  # e.g. a pad token added on top of the model's vocabulary
-        if tokenizer.eos_token_id is None or tokenizer.eos_token_id >= vocab:
-            raise PapaError(f"tokenizer {name}'s pad token (id {tokenizer.pad_token_id}) is outside the model's "
-                            f"{vocab} embeddings and it has no eos token inside them; pass a tokenizer that matches "
-                            f"the model (--tokenizer_name)")
-        stage(f"tokenizer {name}'s pad token (id {tokenizer.pad_token_id}) is outside the model's {vocab} "
-              f"embeddings: padding with its eos token {tokenizer.eos_token!r} (id {tokenizer.eos_token_id})")
-        tokenizer.pad_token = tokenizer.eos_token
+        stage(f"tokenizer {name}{reason}: padding with its eos token {tokenizer.eos_token!r} "
+              f"(id {tokenizer.eos_token_id})")
     if causal and getattr(config, "pad_token_id", None) != tokenizer.pad_token_id:
         stage(f"config.pad_token_id {getattr(config, 'pad_token_id', None)} -> {tokenizer.pad_token_id} (the "
               f"tokenizer's pad id, saved with the model: a decoder's sequence classifier pools the last token "
