@@ -103,6 +103,34 @@ def test_forward_error_within_the_stock_models_own(name, impl, precision):
     check_forward_error(name, impl, precision)
 
 
+def train_mode_hidden(model, precision, ids, mask):
+    """`hidden` in train mode (attention and hidden dropout on), seeded: the same masks in every precision."""
+    model, context = in_precision(copy.deepcopy(model), precision)
+    torch.manual_seed(0)
+    with torch.no_grad(), context:
+        out = model.train()(input_ids=ids, attention_mask=mask)
+    return out.last_hidden_state.float() * mask[..., None]
+
+
+@pytest.mark.parametrize("precision", PRECISIONS)
+@pytest.mark.parametrize("name", FAMILY_NAMES + DECODER_NAMES)
+def test_dropout_path_error_within_the_stock_models_own(name, precision):
+    """The probing runs' training forward (the dropout path: attention dropout on, attentions not requested), with
+    layers that mix both kinds of heads and zero rows, against its own float32 output under the same masks: within
+    RATIO x the error the stock model makes in train mode in that precision."""
+    ids, mask = family_batch(name)
+    base = family_model(name, "eager", head="base")
+    stock_precision = precision
+    if name in STOCK_FAILS_UNDER_AUTOCAST and precision.startswith("autocast"):
+        stock_precision = precision.replace("autocast", "cast")  # see the module docstring
+    stock = (train_mode_hidden(base, stock_precision, ids, mask) - train_mode_hidden(base, "fp32", ids, mask)).abs().max()
+    model = patched(base, "replace")
+    got = train_mode_hidden(model, precision, ids, mask)
+    assert torch.isfinite(got).all()
+    error = (got - train_mode_hidden(model, "fp32", ids, mask)).abs().max().item()
+    assert error <= RATIO * stock.item(), f"error {error:.2e} > {RATIO} x stock {stock.item():.2e}"
+
+
 def ranking_step_grads(model, precision, ids, mask, labels):
     """Gradients of one ranking-run step (train mode, attention dropout on), seeded: float32 {name: grad}.
 

@@ -15,6 +15,7 @@ from transformers import AutoConfig, AutoModel, BertConfig
 
 from ..averaging import accumulate_attention
 from ..errors import PapaError
+from ..families import attention_modules
 from ..modeling import build_model, set_trainable
 from ..ranking import first_k_heads, load_sorted_heads
 
@@ -42,12 +43,16 @@ class TrainingVariant:
     constant_fraction: float = 0.0  # the first heads (layer-major) made constant
     mix: bool = False  # every head mixes dynamic and constant attention (the ranking run)
     stock_with_activation_grads: bool = False  # no PAPA; gradients flow back through every layer's activations
+    probabilities_path: bool = False  # build every head's (B, H, T, T) attention, as training did before the dropout path
 
 
 TRAINING_VARIANTS = {
     "probing": TrainingVariant("grad_for_classifier_only"),
     "probing (1/2 constant)": TrainingVariant("grad_for_classifier_only", constant_fraction=0.5),
     "probing (all constant)": TrainingVariant("grad_for_classifier_only", constant_fraction=1.0),
+    # what the dropout path saves: the same step through the probabilities path (papa/families/base.py)
+    "probing (all constant, probabilities path)": TrainingVariant("grad_for_classifier_only", constant_fraction=1.0,
+                                                                  probabilities_path=True),
     "full fine-tuning": TrainingVariant(None),
     # the work a ranking run cannot avoid: backward through the encoder's activations (to reach the λ)
     "stock probe, backward through the encoder": TrainingVariant("grad_for_classifier_only",
@@ -247,6 +252,9 @@ def training_setup(args, config, variant, seq_len):
     model = build_model("AutoModelForSequenceClassification", cfg, checkpoint,
                         constants, static, spec.mix, freeze_extract_seq_len=seq_len)
     set_trainable(model, spec.mode)
+    if spec.probabilities_path:
+        for module in attention_modules(model):
+            module.papa_return_probs = True  # the probabilities path; the layer above drops the probabilities
     if spec.stock_with_activation_grads:  # the embeddings' output requires grad: backward runs through every layer
         # encoders: the embeddings module; decoders have none, their token embeddings start the forward
         embeddings = getattr(model.base_model, "embeddings", None) or model.base_model.get_input_embeddings()
