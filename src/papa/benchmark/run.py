@@ -42,9 +42,8 @@ from .memory import measure_memory
 from .pool import pool_runs, pooled_markdown
 from .report import goals, machine_info, markdown
 from .workloads import (AVERAGING_VARIANTS, FAMILY_CONFIGS, INFERENCE_VARIANTS, TRAINING_VARIANTS, averaging_batches,
-                        chosen_heads, inference_inputs, layer_major, load_config, load_encoder, quiet_transformers,
+                        chosen_heads, inference_inputs, load_config, load_encoder, quiet_transformers,
                         random_constants, stock_implementation, training_setup)
-from ..ranking import first_k_heads
 
 
 @dataclass
@@ -317,8 +316,8 @@ def bench_training(args, config):
             paired = paired_ratios(beside[variant], times[variant])  # stock probe beside / this mode
             row.update(paired_speed_ratio=statistics.median(paired), paired_speed_ratio_ci95=median_interval(paired))
         if spec.mode == "grad_for_classifier_only" and spec.constant_fraction and not spec.stock_with_activation_grads:
-            k = int(spec.constant_fraction * L * H)  # a probing step is a forward of the frozen encoder: its bound
-            static = first_k_heads(layer_major(L, H), k, L, H)
+            static = spec.constant_heads(L, H)  # a probing step is a forward of the frozen encoder: its bound
+            k = sum(len(heads) for heads in static.values())
             row["flop_bound_speedup"] = flop_bound(config, T, k, args.batch_size, static)["bound_speedup"]
             row["percent_of_bound"] = percent_of_bound(row["paired_speed_ratio"], row["flop_bound_speedup"])
         rows.append(row)

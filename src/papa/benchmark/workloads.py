@@ -45,6 +45,11 @@ class TrainingVariant:
     stock_with_activation_grads: bool = False  # no PAPA; gradients flow back through every layer's activations
     probabilities_path: bool = False  # build every head's (B, H, T, T) attention, as training did before the dropout path
 
+    def constant_heads(self, num_layers, num_heads):
+        """{layer: [heads]} made constant: the first `constant_fraction` of all heads, layer by layer."""
+        k = int(self.constant_fraction * num_layers * num_heads)
+        return first_k_heads(layer_major(num_layers, num_heads), k, num_layers, num_heads)
+
 
 TRAINING_VARIANTS = {
     "probing": TrainingVariant("grad_for_classifier_only"),
@@ -246,7 +251,7 @@ def training_setup(args, config, variant, seq_len):
     if spec.mix or spec.constant_fraction:
         constants = random_constants(cfg, seq_len)
         if spec.constant_fraction:
-            static = first_k_heads(layer_major(L, H), int(spec.constant_fraction * L * H), L, H)
+            static = spec.constant_heads(L, H)
     torch.manual_seed(0)
     checkpoint = None if args.tiny or args.model_type else args.model_name_or_path
     model = build_model("AutoModelForSequenceClassification", cfg, checkpoint,
