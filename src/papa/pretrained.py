@@ -137,8 +137,9 @@ def fit_tokenizer(tokenizer, config, causal, name):
         reason = " has no pad token" if missing else (f"'s pad token (id {tokenizer.pad_token_id}) is outside the "
                                                       f"model's {vocab} embeddings")
         if vocab is not None and tokenizer.eos_token_id >= vocab:
+            where = f"the model's {vocab} embeddings" if missing else "them too"
             raise PapaError(f"tokenizer {name}{reason}, and its eos token (id {tokenizer.eos_token_id}) is outside "
-                            f"them too: nothing to pad with; pass a tokenizer that matches the model (--tokenizer_name)")
+                            f"{where}: nothing to pad with; pass a tokenizer that matches the model (--tokenizer_name)")
         tokenizer.pad_token = tokenizer.eos_token
         stage(f"tokenizer {name}{reason}: padding with its eos token {tokenizer.eos_token!r} "
               f"(id {tokenizer.eos_token_id})")
