@@ -43,6 +43,14 @@ def constants_with_zero_rows(seed=1):
 MEANS = 0.1 * torch.randn(L, H, T, 8, generator=torch.Generator().manual_seed(3))  # the contexts' scale
 
 
+def precision_for_stock(name, precision):
+    """The precision the stock model runs in for the yardstick: cast instead of CPU autocast where the stock model
+    itself fails under autocast (see the module docstring)."""
+    if name in STOCK_FAILS_UNDER_AUTOCAST and precision.startswith("autocast"):
+        return precision.replace("autocast", "cast")
+    return precision
+
+
 def patched(base, mode):
     model = copy.deepcopy(base)
     if mode == "mix":
@@ -63,9 +71,13 @@ def in_precision(model, precision, device="cpu"):
     return model, torch.autocast(device, dtype=DTYPE[dtype])
 
 
-def hidden(model, precision, ids, mask, probs=False, device="cpu"):
-    """The last hidden states on real tokens, in float32 on the CPU (padded positions are zeroed: nothing reads them)."""
+def hidden(model, precision, ids, mask, probs=False, device="cpu", train=False):
+    """The last hidden states on real tokens, in float32 on the CPU (padded positions are zeroed: nothing reads them).
+    train: in train mode (attention and hidden dropout on), seeded, so every precision draws the same masks."""
     model, context = in_precision(copy.deepcopy(model), precision, device)
+    if train:
+        model.train()
+        torch.manual_seed(0)
     with torch.no_grad(), context:
         out = model(input_ids=ids.to(device), attention_mask=mask.to(device), output_attentions=probs)
     assert all(torch.isfinite(a).all() for a in (out.attentions or ())), "non-finite attentions"
@@ -103,15 +115,6 @@ def test_forward_error_within_the_stock_models_own(name, impl, precision):
     check_forward_error(name, impl, precision)
 
 
-def train_mode_hidden(model, precision, ids, mask):
-    """`hidden` in train mode (attention and hidden dropout on), seeded: the same masks in every precision."""
-    model, context = in_precision(copy.deepcopy(model), precision)
-    torch.manual_seed(0)
-    with torch.no_grad(), context:
-        out = model.train()(input_ids=ids, attention_mask=mask)
-    return out.last_hidden_state.float() * mask[..., None]
-
-
 @pytest.mark.parametrize("precision", PRECISIONS)
 @pytest.mark.parametrize("name", FAMILY_NAMES + DECODER_NAMES)
 def test_dropout_path_error_within_the_stock_models_own(name, precision):
@@ -120,14 +123,12 @@ def test_dropout_path_error_within_the_stock_models_own(name, precision):
     RATIO x the error the stock model makes in train mode in that precision."""
     ids, mask = family_batch(name)
     base = family_model(name, "eager", head="base")
-    stock_precision = precision
-    if name in STOCK_FAILS_UNDER_AUTOCAST and precision.startswith("autocast"):
-        stock_precision = precision.replace("autocast", "cast")  # see the module docstring
-    stock = (train_mode_hidden(base, stock_precision, ids, mask) - train_mode_hidden(base, "fp32", ids, mask)).abs().max()
+    stock_precision = precision_for_stock(name, precision)
+    stock = (hidden(base, stock_precision, ids, mask, train=True) - hidden(base, "fp32", ids, mask, train=True)).abs().max()
     model = patched(base, "replace")
-    got = train_mode_hidden(model, precision, ids, mask)
+    got = hidden(model, precision, ids, mask, train=True)
     assert torch.isfinite(got).all()
-    error = (got - train_mode_hidden(model, "fp32", ids, mask)).abs().max().item()
+    error = (got - hidden(model, "fp32", ids, mask, train=True)).abs().max().item()
     assert error <= RATIO * stock.item(), f"error {error:.2e} > {RATIO} x stock {stock.item():.2e}"
 
 
@@ -175,9 +176,7 @@ def test_ranking_run_backward_is_finite_and_close_to_fp32(name, precision):
     ids, mask = family_batch(name, lengths=(T - 4, 7, 3))
     labels = torch.tensor([0, 1, 2])
     base = family_model(name, "eager")
-    stock_precision = precision
-    if name in STOCK_FAILS_UNDER_AUTOCAST and precision.startswith("autocast"):
-        stock_precision = precision.replace("autocast", "cast")  # see the module docstring
+    stock_precision = precision_for_stock(name, precision)
     low, high = (ranking_step_grads(base, p, ids, mask, labels) for p in (stock_precision, "fp32"))
     attention = [n for n in high if n.endswith(ATTENTION_WEIGHTS)]
     assert len(attention) == L
