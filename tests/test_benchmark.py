@@ -254,6 +254,41 @@ def test_pool_runs_by_hand(tmp_path, capsys):
     assert not (tmp_path / "out.json").exists()
 
 
+def test_pool_training_rounds_by_hand(tmp_path):
+    """Training modes pool like inference variants (each mode's steps against the stock probing steps around
+    them, each run one cluster); a run from before training kept its rounds still pools its inference."""
+    from papa.benchmark.pool import pool_runs, pooled_markdown
+
+    def with_training(path, seconds, beside):
+        run = json.loads(path.read_text())
+        run["training"] = {"seq_len": 64, "batch_size": 32, "rows": [
+            {"variant": "probing", "median_s": 2.0},
+            {"variant": "probing (all constant)", "median_s": 1.0, "flop_bound_speedup": 1.2,
+             "rounds": {"seconds": seconds, "stock_beside_seconds": beside, "process": [0] * len(seconds)}}]}
+        path.write_text(json.dumps(run))
+        return path
+
+    a = with_training(_run_json(tmp_path / "a.json", 32, [1], [1.1], [0]), [1, 1, 1], [1.1, 1.2, 1.3])
+    b = with_training(_run_json(tmp_path / "b.json", 32, [1], [1.1], [0]), [2, 2], [2.0, 3.0])
+    old = _run_json(tmp_path / "old.json", 32, [1], [1.1], [0])  # training without rounds, as older runs wrote it
+    run = json.loads(old.read_text())
+    run["training"] = {"seq_len": 64, "rows": [{"variant": "probing", "median_s": 2.0},
+                                                {"variant": "probing (all constant)", "median_s": 1.0}]}
+    old.write_text(json.dumps(run))
+
+    results = pool_runs([a, b, old])
+    (row,) = results["training_pooled"]
+    # ratios 1.1 1.2 1.3 | 1.0 1.5 → median 1.2; the bound 1.2x, so 100% of it; two runs, two clusters
+    assert (row["seq_len"], row["variant"], row["runs"], row["processes"], row["rounds"]) == (
+        64, "probing (all constant)", 2, 2, 5)
+    assert row["paired_speed_ratio"] == pytest.approx(1.2)
+    assert row["paired_percent_of_bound"] == pytest.approx(100.0)
+    assert [r["runs"] for r in results["inference_pooled"]] == [3]
+    table = pooled_markdown(results)
+    assert "## One training step" in table and "| 64 | probing (all constant) | 2 | 2 | 5 | 1.200x" in table
+    assert "stock probing step T=64: 2000.0 ms" in table
+
+
 def test_smoke_run_tiny(tmp_path):
     out = tmp_path / "tiny.json"
     ranking = tmp_path / "sorted_heads.json"

@@ -100,8 +100,9 @@ class BenchmarkArguments:
     json: str | None = field(default=None, metadata={
         "help": "write all figures to this JSON file (and the markdown table to the same path with .md)"})
     pool: list[str] | None = field(default=None, metadata={
-        "help": "measure nothing: pool the inference rounds of these earlier --json runs (same model and batch size) "
-                "and report each variant's paired ratio over all of them, every process of every run a cluster"})
+        "help": "measure nothing: pool the paired rounds (inference, and training where a run kept them) of these "
+                "earlier --json runs (same model and batch size) and report each variant's paired ratio over all "
+                "of them, every process of every run a cluster"})
 
     def __post_init__(self):
         self.model_name_or_path = self.model_name_or_path or default_model_path()
@@ -314,7 +315,10 @@ def bench_training(args, config):
                "trainable_parameters": trainable[variant], **summary(times[variant]), **memory}
         if variant != "probing":
             paired = paired_ratios(beside[variant], times[variant])  # stock probe beside / this mode
-            row.update(paired_speed_ratio=statistics.median(paired), paired_speed_ratio_ci95=median_interval(paired))
+            row.update(paired_speed_ratio=statistics.median(paired), paired_speed_ratio_ci95=median_interval(paired),
+                       # the raw rounds, so runs can be pooled later (--pool): one process, so one cluster
+                       rounds={"seconds": times[variant], "stock_beside_seconds": beside[variant],
+                               "process": [0] * len(paired)})
         if spec.mode == "grad_for_classifier_only" and spec.constant_fraction and not spec.stock_with_activation_grads:
             static = spec.constant_heads(L, H)  # a probing step is a forward of the frozen encoder: its bound
             k = sum(len(heads) for heads in static.values())
