@@ -98,6 +98,14 @@ def test_head_choices():
         workloads.chosen_heads(workloads.INFERENCE_VARIANTS["1/2 constant, ranked"], 2, 2, 4)
 
 
+def test_inference_inputs_pad_the_rows_asked_for():
+    config = workloads.tiny_config()
+    everywhere = workloads.inference_inputs(config, 7, 16, "cpu")["attention_mask"]
+    third = workloads.inference_inputs(config, 7, 16, "cpu", padded_rows="every third")["attention_mask"]
+    assert everywhere.sum(1).tolist() == [12] * 7  # the last quarter of every row
+    assert third.sum(1).tolist() == [12, 16, 16, 12, 16, 16, 12]  # rows 0, 3, 6 (issue 28's check)
+
+
 @pytest.mark.parametrize("config", [workloads.tiny_config(), tiny_decoder_config("llama")], ids=["bert", "llama"])
 def test_training_variants_build_what_they_say(config):
     class Args:
@@ -238,8 +246,13 @@ def test_pool_runs_by_hand(tmp_path, capsys):
     (tmp_path / "old.json").write_text(json.dumps(old))
     (tmp_path / "bad.json").write_text(json.dumps({"inference": [{"variant": "stock"}]}))
     _run_json(tmp_path / "short.json", 32, [1, 1], [1.1], [0, 0])  # a round without its stock times
+    padded = json.loads(a.read_text())
+    padded["settings"]["padded_rows"] = "every third"
+    (tmp_path / "third.json").write_text(json.dumps(padded))
     for argv, message in [
-        ([a, other], f"{other} and {a} benchmark different setups (batch_size differ); pool only runs of the same model and batch size"),
+        ([a, tmp_path / "third.json"], f"{tmp_path / 'third.json'} and {a} benchmark different setups (padded_rows "
+                                       "differ); pool only runs of the same model, batch size and padding"),
+        ([a, other], f"{other} and {a} benchmark different setups (batch_size differ); pool only runs of the same model, batch size and padding"),
         ([a, tmp_path / "old.json"], f"{tmp_path / 'old.json'} has no raw rounds for 'PAPA, v' (written by an older "
                                      "papa-benchmark); rerun it to pool it"),
         ([a], "--pool needs at least two JSON files written by papa-benchmark --json"),

@@ -152,6 +152,10 @@ def test_dropout_path_equals_probabilities_path_with_gradients(name, heads):
     (fast, fast_grads), (slow, slow_grads) = outputs["dropout"], outputs["probabilities"]
     real = mask > 0
     assert_close(fast[real], slow[real], rtol=1e-5, atol=1e-5)
+    torch.manual_seed(11)
+    with torch.no_grad():  # no autograd, as in a probing run's frozen encoder: the in-place products
+        frozen = model(input_ids=ids, attention_mask=mask).logits
+    assert_close(frozen[real], slow[real], rtol=1e-5, atol=1e-5)
     assert fast_grads.keys() == slow_grads.keys()
     for n, grad in slow_grads.items():
         assert_close(fast_grads[n], grad, rtol=1e-4, atol=1e-5 * max(1.0, grad.abs().max().item()))
@@ -371,3 +375,28 @@ def test_attention_dropout_masks_follow_the_stock_head_order():
     torch.manual_seed(5)
     keep = F.dropout(torch.ones_like(expected), p=0.5)  # the forward's first draw, in the stock order
     assert_close(got, expected * keep)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16])
+def test_dropout_mask_and_scale_are_f_dropouts_multipliers_bit_for_bit(dtype):
+    """The dropout path keeps the mask 0/1 and applies 1/(1−p) later; mask · scale, and the probabilities path's
+    multipliers, equal F.dropout's draw exactly, for a p whose 1/(1−p) rounds (0.1), in every precision."""
+    import torch.nn.functional as F
+    import transformers
+
+    from tiny_encoders import tiny_config
+
+    config = tiny_config("bert")
+    config.attention_probs_dropout_prob = 0.1
+    model = transformers.BertModel(config)
+    papa.patch_model(model, random_constants(), static_heads={0: [1]})  # layer 0 laid out [0, 2, 3, 1]
+    module = attention_modules(model)[1]  # unpermuted: the draw in the order F.dropout makes it
+    like = torch.zeros(1, dtype=dtype)
+    torch.manual_seed(3)
+    expected = F.dropout(torch.ones(2, H, T, T, dtype=dtype), p=0.1)
+    torch.manual_seed(3)
+    mask, scale = module._dropout_mask(like, 2, H, T)
+    torch.manual_seed(3)
+    keep = module._dropout_keep(like, 2, H, T)
+    assert set(mask.unique().tolist()) == {0.0, 1.0} and scale.dtype == dtype
+    assert torch.equal(mask * scale, expected) and torch.equal(keep, expected)

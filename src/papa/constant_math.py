@@ -128,17 +128,18 @@ def mean_output(means, valid, batch_size):
     return out if valid is None else out * valid[:, :, None, None].to(out.dtype)
 
 
-def dropped_constant_output(constant, keep, values, valid):
+def dropped_constant_output(constant, mask, scale, values, valid):
     """(keep ⊙ norm(C·P)) · V, attention dropout on constant heads, without materialising norm(C·P).
 
-    constant: (H, T, T); keep: (B, H, T, T) dropout multipliers (0 or 1/(1−p)); values: (B, T, H, d);
-    valid: (B, T) or None → (B, T, H, d). Row i is m_i/r_bi · Σ_j keep_bij C_ij m_j V_bj, r_bi the row
-    sum of norm(·), so the (B, H, T, T) work is one product keep ⊙ C and one batched matmul (the
-    probabilities path builds C·P, its row sums, their quotient and the dropout product besides).
-    Without autograd the product is written into `keep`, which the caller drew for this call.
+    constant: (H, T, T); mask: (B, H, T, T) dropout mask of 0/1; scale: 1/(1−p), so keep = mask · scale (0-dim);
+    values: (B, T, H, d); valid: (B, T) or None → (B, T, H, d). Row i is m_i·scale/r_bi · Σ_j mask_bij C_ij m_j V_bj,
+    r_bi the row sum of norm(·), so the (B, H, T, T) work is one product mask ⊙ C and one batched matmul (the
+    probabilities path builds C·P, its row sums, their quotient and the dropout product besides), and the scale
+    joins the (H, T, B) row factors. Without autograd the product is written into `mask`, which the caller drew
+    for this call.
     """
     masked = values if valid is None else values * valid[:, :, None, None].to(values.dtype)
-    weights = torch.mul(keep, constant, out=keep) if in_place_ok(keep, constant) else keep * constant
+    weights = torch.mul(mask, constant, out=mask) if in_place_ok(mask, constant) else mask * constant
     numerator = torch.matmul(weights, masked.transpose(1, 2))  # (B, H, T, d)
-    scale = row_scale(constant, valid).permute(2, 0, 1).unsqueeze(-1)  # (B, H, T, 1) or (1, H, T, 1)
-    return (numerator * scale).to(values.dtype).transpose(1, 2)  # float32 product, rounded once
+    rows = (row_scale(constant, valid) * scale).permute(2, 0, 1).unsqueeze(-1)  # (B, H, T, 1) or (1, H, T, 1)
+    return (numerator * rows).to(values.dtype).transpose(1, 2)  # float32 product, rounded once

@@ -94,21 +94,24 @@ def pool_runs(paths):
     first_path, _, first_settings, _, _ = runs[0]
     for path, _, settings, _, _ in runs[1:]:
         differ = [key for key in SAME_MODEL if settings.get(key) != first_settings.get(key)]
+        if settings.get("padded_rows", "all") != first_settings.get("padded_rows", "all"):  # "all" before the flag
+            differ.append("padded_rows")
         if differ:
             raise PapaError(f"{path} and {first_path} benchmark different setups ({', '.join(differ)} differ); "
-                            "pool only runs of the same model and batch size")
+                            "pool only runs of the same model, batch size and padding")
     sources = [{"path": str(path), "date": (run.get("machine") or {}).get("date"), "command": settings.get("command"),
                 "stock_median_s": {r["seq_len"]: r["median_s"] for r in rows if r["variant"] == "stock"},
                 "probing_median_s": {r["seq_len"]: r["median_s"] for r in training if r["variant"] == "probing"}}
                for path, run, settings, rows, training in runs]
-    return {"pooled_from": sources, "settings": {key: first_settings.get(key) for key in SAME_MODEL},
+    same = {key: first_settings.get(key) for key in SAME_MODEL}
+    return {"pooled_from": sources, "settings": {**same, "padded_rows": first_settings.get("padded_rows", "all")},
             "inference_pooled": _pool_rows([rows for _, _, _, rows, _ in runs], "stock"),
             "training_pooled": _pool_rows([training for _, _, _, _, training in runs], "probing")}
 
 
 def pooled_markdown(results):
     s = results["settings"]
-    lines = [f"# PAPA benchmark, pooled — {s['model']}", "", f"Batch {s['batch_size']}; the paired rounds of:", ""]
+    lines = [f"# PAPA benchmark, pooled — {s['model']}", "", f"Batch {s['batch_size']}, inference rows padded: {s.get('padded_rows', 'all')}; the paired rounds of:", ""]
     for source in results["pooled_from"]:
         medians = [f"stock T={T}: {1e3 * t:.1f} ms" for T, t in source["stock_median_s"].items()]
         medians += [f"stock probing step T={T}: {1e3 * t:.1f} ms" for T, t in source["probing_median_s"].items()]

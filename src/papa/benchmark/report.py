@@ -184,7 +184,8 @@ def _inference_section(rows, s):
                 if processes == 1 else
                 "a 95% interval of that median from a two-stage bootstrap (processes drawn with replacement, then "
                 "their rounds), since rounds of one process share its state")
-    return ([f"## Inference (batch {s['batch_size']}, last quarter of each row padded, no attentions, "
+    padded = "each row" if s.get("padded_rows", "all") == "all" else f"{s['padded_rows']} row"
+    return ([f"## Inference (batch {s['batch_size']}, last quarter of {padded} padded, no attentions, "
              f"inference_mode; {rounds})", ""] + table
             + ["", f"stock = the stock model with {s.get('stock_attention', 'sdpa')} attention. Constant heads: "
                    f"{s.get('inference_head_choice', '')}. speed vs stock = stock median / variant median; paired = "

@@ -41,8 +41,8 @@ from .harness import (clustered_median_interval, interleaved_times, median_inter
 from .memory import measure_memory
 from .pool import pool_runs, pooled_markdown
 from .report import goals, machine_info, markdown
-from .workloads import (AVERAGING_VARIANTS, FAMILY_CONFIGS, INFERENCE_VARIANTS, TRAINING_VARIANTS, averaging_batches,
-                        chosen_heads, inference_inputs, load_config, load_encoder, quiet_transformers,
+from .workloads import (AVERAGING_VARIANTS, FAMILY_CONFIGS, INFERENCE_VARIANTS, PADDED_ROWS, TRAINING_VARIANTS,
+                        averaging_batches, chosen_heads, inference_inputs, load_config, load_encoder, quiet_transformers,
                         random_constants, stock_implementation, training_setup)
 
 
@@ -82,6 +82,10 @@ class BenchmarkArguments:
         "choices": list(INFERENCE_VARIANTS),
         "help": "inference variants to time against the stock model, quoted (default: all; the ranked ones need "
                 "--sorted_heads): fewer variants, more rounds in the same time, narrower intervals"})
+    padded_rows: str = field(default="all", metadata={
+        "choices": list(PADDED_ROWS),
+        "help": "inference: which rows of the batch have their last quarter padded, 'all' or 'every third' "
+                "(issue 28's independent mixed-layer check); the rest run to full length"})
     warmup: int = field(default=1, metadata={"help": "untimed warm-up rounds (inference and training)"})
     avg_batches: int = field(default=8, metadata={"help": "N: batches in the averaging pass (memory: N and 4N)"})
     avg_seq_len: int = field(default=64, metadata={"help": "sequence length of the averaging pass"})
@@ -101,7 +105,7 @@ class BenchmarkArguments:
         "help": "write all figures to this JSON file (and the markdown table to the same path with .md)"})
     pool: list[str] | None = field(default=None, metadata={
         "help": "measure nothing: pool the paired rounds (inference, and training where a run kept them) of these "
-                "earlier --json runs (same model and batch size) and report each variant's paired ratio over all "
+                "earlier --json runs (same model, batch size and padding) and report each variant's paired ratio over all "
                 "of them, every process of every run a cluster"})
 
     def __post_init__(self):
@@ -147,7 +151,7 @@ def time_inference(args, config):
                 if (v.heads != "ranked" or args.sorted_heads) and (args.variants is None or name in args.variants)}
     measured = []
     for T in args.seq_lens:
-        inputs = inference_inputs(config, args.batch_size, T, args.device)
+        inputs = inference_inputs(config, args.batch_size, T, args.device, padded_rows=args.padded_rows)
         constants = random_constants(config, T)
         models = {"stock": stock}
         heads, static = {"stock": 0}, {"stock": {}}
@@ -353,6 +357,7 @@ def run_benchmark(args, argv):
             "layers": config.num_hidden_layers, "heads": config.num_attention_heads,
             "hidden_size": config.hidden_size, "intermediate_size": config.intermediate_size,
             "batch_size": args.batch_size, "seq_lens": args.seq_lens, "repeats": args.repeats,
+            "padded_rows": args.padded_rows,
             "warmup": args.warmup, "avg_batches": args.avg_batches, "avg_seq_len": args.avg_seq_len,
             "avg_repeats": args.avg_repeats, "train_seq_len": args.train_seq_len,
             "train_repeats": args.train_repeats,

@@ -172,10 +172,15 @@ def token_ids(config, lengths, seq_len, generator):
     return inputs
 
 
-def inference_inputs(config, batch_size, seq_len, device, seed=0):
-    """Every row has its last quarter of positions padded, so the masking path is exercised."""
+PADDED_ROWS = {"all": 1, "every third": 3}  # which rows of an inference batch are padded: every n-th, from the first
+
+
+def inference_inputs(config, batch_size, seq_len, device, seed=0, padded_rows="all"):
+    """Rows with their last quarter of positions padded (all of them, or every third), so the masking path is
+    exercised; the others run to full length."""
     generator = torch.Generator().manual_seed(seed)
-    lengths = [seq_len - seq_len // 4] * batch_size
+    every = PADDED_ROWS[padded_rows]
+    lengths = [seq_len - seq_len // 4 if row % every == 0 else seq_len for row in range(batch_size)]
     return {k: v.to(device) for k, v in token_ids(config, lengths, seq_len, generator).items()}
 
 

@@ -287,35 +287,48 @@ class PapaAttention:
     def _dropout_path(self, call, values, valid):
         """Training with attention dropout, attentions not requested: the probabilities path's output with its
         mask, without its (B, H, T, T) zero fill, copies and normalisation. Dynamic heads: softmax ⊙ keep · V;
-        constant heads: (keep ⊙ C) · (V·m), rows scaled to norm(C·P)'s (`dropped_constant_output`)."""
+        constant heads: (keep ⊙ C) · (V·m), rows scaled to norm(C·P)'s (`dropped_constant_output`). The mask
+        stays 0/1 and its 1/(1−p) rides on a product made anyway (one (B, H, T, T) pass fewer than F.dropout)."""
         B, T, H, d = values.shape
         D = len(self.dynamic_heads)  # heads are laid out [dynamic | replaced]
         # the scores first, as in the probabilities path: a family's own dropout inside them (DeBERTa's position
         # embeddings) draws before the attention mask does
         probs = self.papa_scores(call).softmax(dim=-1).to(values.dtype) if D else None  # (B, D, T, T)
-        keep = self._dropout_keep(values, B, H, T)  # (B, H, T, T), the probabilities path's draw
+        mask, scale = self._dropout_mask(values, B, H, T)  # (B, H, T, T) of 0/1, the probabilities path's draw
         parts = []
         if D:
-            if valid is not None:  # as norm(·) does: padded query rows are zero (padded keys are already)
-                probs = probs * valid[:, None, :, None].to(probs.dtype)
-            parts.append(torch.matmul(probs * keep[:, :D], values[:, :, :D].transpose(1, 2)).transpose(1, 2))
+            # padded query rows zero, as norm(·) makes them (padded keys are already): (probs · m_i/(1−p)) ⊙ mask
+            # is the probabilities path's probs ⊙ keep, entry for entry
+            factor = scale if valid is None else valid[:, None, :, None].to(probs.dtype) * scale  # (B, 1, T, 1)
+            if in_place_ok(probs):
+                weights = probs.mul_(factor).mul_(mask[:, :D])
+            else:
+                weights = probs * factor * mask[:, :D]
+            parts.append(torch.matmul(weights, values[:, :, :D].transpose(1, 2)).transpose(1, 2))
         if D < H:
             replaced = values[:, :, D:]
             parts.append(self._replaced_output(replaced, valid) if self.head_mode == "mean_output" else
-                         dropped_constant_output(self._constants(values.dtype), keep[:, D:], replaced, valid))
+                         dropped_constant_output(self._constants(values.dtype), mask[:, D:], scale, replaced, valid))
         return parts[0] if len(parts) == 1 else torch.cat(parts, dim=2)  # (B, T, H, d)
 
-    def _dropout_keep(self, like, B, H, T):
-        """Attention-dropout multipliers (B, H, T, T) in `like`'s dtype: 0 or 1/(1−p), drawn as F.dropout draws
-        on CPU and in the stock head order, so a seed drops the same entries of each head whatever the layout
-        and whichever path runs; returned in this layer's layout."""
+    def _dropout_mask(self, like, B, H, T):
+        """The attention-dropout mask (B, H, T, T) of 0/1 in `like`'s dtype and its scale 1/(1−p) (a 0-dim tensor,
+        0 for p = 1): drawn as F.dropout draws on CPU and in the stock head order, so a seed drops the same
+        entries of each head whatever the layout and whichever path runs; returned in this layer's layout.
+        mask · scale is F.dropout's multiplier (its `bernoulli_(1 − p).div_(1 − p)`), bit for bit."""
         p = self.papa_dropout_p
         if p >= 1:
-            return like.new_zeros(B, H, T, T)
-        keep = like.new_empty(B, H, T, T).bernoulli_(1 - p).div_(1 - p)
-        if self.papa_head_order is None:
-            return keep
-        return keep.index_select(1, torch.tensor(self.papa_head_order, device=like.device))
+            return like.new_zeros(B, H, T, T), like.new_zeros(())
+        mask = like.new_empty(B, H, T, T).bernoulli_(1 - p)
+        scale = like.new_ones(()).div_(1 - p)  # the value F.dropout's div_ gives a kept entry
+        if self.papa_head_order is not None:
+            mask = mask.index_select(1, torch.tensor(self.papa_head_order, device=like.device))
+        return mask, scale
+
+    def _dropout_keep(self, like, B, H, T):
+        """Attention-dropout multipliers (B, H, T, T): 0 or 1/(1−p), as F.dropout multiplies (`_dropout_mask`)."""
+        mask, scale = self._dropout_mask(like, B, H, T)
+        return mask.mul_(scale)
 
     # ------------------------------------------------------------------ adapter defaults
 
