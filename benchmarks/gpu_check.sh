@@ -1,35 +1,69 @@
 #!/usr/bin/env bash
 # The prepared GPU check, one command on a machine with one CUDA GPU (budget: under 8 minutes):
-#   1. the GPU-marked tests (pytest -m cuda): parity and precision on cuda, fp16/bf16, SDPA backends, the fork server;
-#   2. the benchmark on cuda at T = 64 and 128, fp32 and bf16: the bundled MiniLM and a DeBERTa-base shape,
-#      eager and compiled, writing benchmarks/<name>_cuda.{md,json}.
+#   1. the GPU-marked tests (tests/test_cuda.py, tests/test_fork_server_cuda.py): parity and precision on cuda,
+#      fp16/bf16, SDPA backends, the fork server's CUDA state;
+#   2. the benchmark on cuda at T = 64 and 128, fp32 and bf16: MiniLM's shape (its config, random weights: the
+#      checkpoint's 88 MB do not travel) and a DeBERTa-base shape, eager and compiled, writing
+#      <folder>/<name>_cuda.{md,json}.
 # Usage: bash benchmarks/gpu_check.sh [output folder, default benchmarks/]
+#        bash benchmarks/gpu_check.sh --dry-run FOLDER   the same steps on this CPU at toy sizes, no compile
+#                                                        (tests/test_gpu_check.py): the plumbing, not the numbers
+# On a machine whose image lacks this project's pure-Python dependencies (the lent GPU machine's does), first run
+# `bash benchmarks/gpu_wheels.sh` where pip works and carry the .whl/ folder it fills: they are installed into
+# /tmp/site here. The project itself runs from src/ (no install needed).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+dry_run=0
+if [ "${1:-}" = "--dry-run" ]; then dry_run=1; shift; fi
 out=${1:-benchmarks}
 mkdir -p "$out"
 export HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 TOKENIZERS_PARALLELISM=false PYTHONUNBUFFERED=1
+python=${PYTHON:-python3}  # the GPU machine's python3 is the one with CUDA torch
+if [ $dry_run = 0 ] && ls .whl/*.whl >/dev/null 2>&1; then  # the GPU machine's wheels (Python 3.12), there only
+  $python -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl
+  export PYTHONPATH=/tmp/site${PYTHONPATH:+:$PYTHONPATH}
+fi
+export PYTHONPATH=$PWD/src${PYTHONPATH:+:$PYTHONPATH}
 
-python - <<'PY'
-import torch
+if [ $dry_run = 1 ]; then
+  device=cpu
+  sizes=(--batch_size 2 --seq_lens 16 --repeats 1 --warmup 0 --variants "0 constant" "all constant")
+  deberta_sizes=()
+  compiled=()  # compiling takes minutes on a CPU (tests/test_compile.py covers it): timed eager instead
+else
+  device=cuda
+  sizes=(--seq_lens 64 128 --repeats 20)
+  deberta_sizes=(--batch_size 8 --repeats 10)
+  # last, as it takes longest: four graphs at T = 128
+  compiled=(--compile --seq_lens 128 --variants "1/2 constant" "1/2 constant, every other head" "all constant")
+  $python - <<'PY'
+import torch, transformers
 assert torch.cuda.is_available(), "error: no CUDA device: this check needs a GPU"
-print("GPU:", torch.cuda.get_device_name(0), "| torch", torch.__version__, "| CUDA", torch.version.cuda)
+print("GPU:", torch.cuda.get_device_name(0), "| torch", torch.__version__, "| CUDA", torch.version.cuda,
+      "| transformers", transformers.__version__)
 PY
+fi
 
 start=$SECONDS
-python -m pytest -q -p no:xdist -m cuda tests/ 2>&1 | tee "$out/gpu_check_tests.log"
-echo "[gpu_check] tests: $((SECONDS - start)) s"
+set +e
+$python -m pytest -q -n 0 -m cuda tests/test_cuda.py tests/test_fork_server_cuda.py 2>&1 \
+  | tee "$out/gpu_check_tests.log"
+tests_status=${PIPESTATUS[0]}
+set -e
+echo "[gpu_check] tests: exit $tests_status, $((SECONDS - start)) s"
 
-bench() {  # name, then benchmark flags
+bench() {  # name, then benchmark flags; a failing benchmark stops the check, the tables written so far stay
   local name=$1; shift
   local t0=$SECONDS
-  python -m papa.cli.benchmark --device cuda --seq_lens 64 128 --repeats 20 --processes 1 \
-    --skip averaging training --json "$out/${name}_cuda.json" "$@"
+  $python -m papa.cli.benchmark --device $device --processes 1 --skip averaging training "${sizes[@]}" \
+    --json "$out/${name}_cuda.json" "$@"
   echo "[gpu_check] ${name}: $((SECONDS - t0)) s"
 }
-bench minilm_fp32
-bench minilm_bf16 --dtype bf16
-bench minilm_bf16_compiled --dtype bf16 --compile
-bench deberta_base_fp32 --model_type deberta --batch_size 8 --repeats 10
-bench deberta_base_bf16 --model_type deberta --batch_size 8 --repeats 10 --dtype bf16
-echo "[gpu_check] total: $((SECONDS - start)) s; tables in $out/*_cuda.md"
+minilm=(--model_name_or_path benchmarks/minilm_config --random_weights)
+bench minilm_fp32 "${minilm[@]}"
+bench minilm_bf16 "${minilm[@]}" --dtype bf16
+bench deberta_base_fp32 --model_type deberta "${deberta_sizes[@]}"
+bench deberta_base_bf16 --model_type deberta "${deberta_sizes[@]}" --dtype bf16
+bench minilm_bf16_compiled "${minilm[@]}" --dtype bf16 "${compiled[@]}"
+echo "[gpu_check] total: $((SECONDS - start)) s; tables in $out/*_cuda.md; tests exit $tests_status"
+exit "$tests_status"

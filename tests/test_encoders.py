@@ -121,47 +121,6 @@ def test_fast_path_equals_probabilities_path_with_gradients(name, heads):
 
 
 @pytest.mark.parametrize("name", ALL_FAMILIES)
-@pytest.mark.parametrize("heads", ["some", "all", "mean_output"])
-def test_dropout_path_equals_probabilities_path_with_gradients(name, heads):
-    """Training with attention dropout: the dropout path (attentions not requested) draws the probabilities path's
-    mask and gives its outputs and gradients, in layers that mix both kinds of heads (laid out), on padded batches
-    with all-zero constant rows; the probabilities path's mask is checked by hand in
-    test_attention_dropout_masks_follow_the_stock_head_order."""
-    impl = "sdpa" if name in SDPA_FAMILIES + SDPA_DECODERS else "eager"
-    model = tiny_family_model(name, impl, head="token")
-    static = all_heads() if heads == "all" else [[0, 1], [2, 0], [2, 3], [1, 2], [1, 0], [1, 1]]
-    if heads == "mean_output":
-        means = torch.randn(L, H, T, papa.attention.head_dim(model), generator=torch.Generator().manual_seed(3))
-        papa.patch_model(model, static_heads=static, mean_outputs=means)
-    else:
-        constants = random_constants()
-        constants[:, :, -2:] = 0  # rows no training example reached
-        papa.patch_model(model, constants, static_heads=static)
-    assert any(m.papa_head_order for m in attention_modules(model)) or heads == "all"
-    assert all(m.papa_dropout_p > 0 for m in attention_modules(model))
-    model.train()
-    ids, mask = family_batch(name)
-    outputs = {}
-    for path, want_attentions in (("dropout", False), ("probabilities", True)):
-        torch.manual_seed(11)
-        out = model(input_ids=ids, attention_mask=mask, output_attentions=want_attentions)
-        assert (out.attentions is not None) == want_attentions
-        model.zero_grad()
-        out.logits[mask > 0].sum().backward()
-        outputs[path] = out.logits, {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
-    (fast, fast_grads), (slow, slow_grads) = outputs["dropout"], outputs["probabilities"]
-    real = mask > 0
-    assert_close(fast[real], slow[real], rtol=1e-5, atol=1e-5)
-    torch.manual_seed(11)
-    with torch.no_grad():  # no autograd, as in a probing run's frozen encoder: the in-place products
-        frozen = model(input_ids=ids, attention_mask=mask).logits
-    assert_close(frozen[real], slow[real], rtol=1e-5, atol=1e-5)
-    assert fast_grads.keys() == slow_grads.keys()
-    for n, grad in slow_grads.items():
-        assert_close(fast_grads[n], grad, rtol=1e-4, atol=1e-5 * max(1.0, grad.abs().max().item()))
-
-
-@pytest.mark.parametrize("name", ALL_FAMILIES)
 def test_mix_limits(name):
     ids, mask = family_batch(name)
     stock = tiny_family_model(name)
@@ -351,52 +310,3 @@ def test_token_tasks_get_prefix_spaces_with_byte_level_bpe(tmp_path):
     assert words.word_ids()[1:4] == [0, 1, 2]  # one piece per word: each was read with its leading space
     bert = load_config_and_tokenizer(None, None, ner, tags, 32)[2]  # WordPiece: words split on their own
     assert bert(["EU", "rejects"], is_split_into_words=True).word_ids()[1:3] == [0, 1]
-
-
-def test_attention_dropout_masks_follow_the_stock_head_order():
-    """Heads laid out [dynamic | replaced] draw their attention-dropout mask in the stock head order,
-    so a seeded training step drops the same entries of each head as an unpermuted layer did and
-    seeded runs reproduce across the layout change."""
-    import torch.nn.functional as F
-    import transformers
-
-    from tiny_encoders import tiny_config
-
-    config = tiny_config("bert")
-    config.hidden_dropout_prob, config.attention_probs_dropout_prob = 0.0, 0.5  # attention dropout: the only draw
-    torch.manual_seed(0)
-    model = transformers.BertModel(config)
-    papa.patch_model(model, random_constants(), static_heads={0: [1]})
-    assert attention_modules(model)[0].papa_head_order == [0, 2, 3, 1]  # layer 0 is permuted
-    ids, mask = padded_batch("bert")
-    expected = run(model.eval(), ids, mask, output_attentions=True).attentions[0]  # (B, H, T, T), stock order
-    torch.manual_seed(5)
-    got = run(model.train(), ids, mask, output_attentions=True).attentions[0]
-    torch.manual_seed(5)
-    keep = F.dropout(torch.ones_like(expected), p=0.5)  # the forward's first draw, in the stock order
-    assert_close(got, expected * keep)
-
-
-@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16])
-def test_dropout_mask_and_scale_are_f_dropouts_multipliers_bit_for_bit(dtype):
-    """The dropout path keeps the mask 0/1 and applies 1/(1−p) later; mask · scale, and the probabilities path's
-    multipliers, equal F.dropout's draw exactly, for a p whose 1/(1−p) rounds (0.1), in every precision."""
-    import torch.nn.functional as F
-    import transformers
-
-    from tiny_encoders import tiny_config
-
-    config = tiny_config("bert")
-    config.attention_probs_dropout_prob = 0.1
-    model = transformers.BertModel(config)
-    papa.patch_model(model, random_constants(), static_heads={0: [1]})  # layer 0 laid out [0, 2, 3, 1]
-    module = attention_modules(model)[1]  # unpermuted: the draw in the order F.dropout makes it
-    like = torch.zeros(1, dtype=dtype)
-    torch.manual_seed(3)
-    expected = F.dropout(torch.ones(2, H, T, T, dtype=dtype), p=0.1)
-    torch.manual_seed(3)
-    mask, scale = module._dropout_mask(like, 2, H, T)
-    torch.manual_seed(3)
-    keep = module._dropout_keep(like, 2, H, T)
-    assert set(mask.unique().tolist()) == {0.0, 1.0} and scale.dtype == dtype
-    assert torch.equal(mask * scale, expected) and torch.equal(keep, expected)

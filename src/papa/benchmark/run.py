@@ -55,6 +55,9 @@ class BenchmarkArguments:
         "help": "instead of a checkpoint, a random model of this family at its base size "
                 + ", ".join(f"({name}: {FAMILY_CONFIGS[name][0]})" for name in FAMILY_CONFIGS)
                 + "; no checkpoint of DeBERTa or ModernBERT can be had offline, and speed does not depend on weights"})
+    random_weights: bool = field(default=False, metadata={
+        "help": "build the model from --model_name_or_path's config.json with random weights instead of loading them "
+                "(speed does not depend on the weights): for a machine without the checkpoint, e.g. the GPU check"})
     tiny: bool = field(default=False, metadata={
         "help": "use a tiny random BERT (2 layers, 4 heads, hidden 32) instead: a smoke test in seconds"})
     sorted_heads: str | None = field(default=None, metadata={
@@ -109,7 +112,8 @@ class BenchmarkArguments:
                 "of them, every process of every run a cluster"})
 
     def __post_init__(self):
-        self.model_name_or_path = self.model_name_or_path or default_model_path()
+        if not (self.tiny or self.model_type):
+            self.model_name_or_path = self.model_name_or_path or default_model_path()
         for name in ("batch_size", "repeats", "processes", "avg_batches", "avg_seq_len", "avg_repeats", "train_seq_len",
                      "train_repeats"):
             if getattr(self, name) <= 0:
@@ -351,7 +355,8 @@ def run_benchmark(args, argv):
         "machine": machine_info(args),
         "settings": {
             "model": ("tiny random BERT" if args.tiny else f"random {args.model_type} ({FAMILY_CONFIGS[args.model_type][0]} "
-                      "shapes)" if args.model_type else args.model_name_or_path),
+                      "shapes)" if args.model_type else args.model_name_or_path
+                      + (" (its config, random weights)" if args.random_weights else "")),
             "stock_attention": stock_implementation(config),
             "command": shlex.join(["papa-benchmark", *argv]),
             "layers": config.num_hidden_layers, "heads": config.num_attention_heads,

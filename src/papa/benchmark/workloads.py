@@ -111,10 +111,16 @@ def stock_implementation(config):
     return "sdpa" if getattr(model_class, "_supports_sdpa", False) else "eager"
 
 
+def random_weights(args):
+    """Whether models are built from a config with random weights (--tiny, --model_type, --random_weights) rather
+    than loaded from the checkpoint: speed does not depend on the weights."""
+    return bool(args.tiny or args.model_type or getattr(args, "random_weights", False))
+
+
 def load_encoder(args, attn_implementation, num_layers=None):
     """The bare encoder (AutoModel, with pooler) in eval mode on args.device; `num_layers` keeps the first ones."""
     extra = {} if num_layers is None else {"num_hidden_layers": num_layers}
-    if args.tiny or args.model_type:
+    if random_weights(args):
         torch.manual_seed(0)
         config = load_config(args)
         for key, value in extra.items():
@@ -258,7 +264,7 @@ def training_setup(args, config, variant, seq_len):
         if spec.constant_fraction:
             static = spec.constant_heads(L, H)
     torch.manual_seed(0)
-    checkpoint = None if args.tiny or args.model_type else args.model_name_or_path
+    checkpoint = None if random_weights(args) else args.model_name_or_path
     model = build_model("AutoModelForSequenceClassification", cfg, checkpoint,
                         constants, static, spec.mix, freeze_extract_seq_len=seq_len)
     set_trainable(model, spec.mode)
