@@ -297,8 +297,8 @@ class PapaAttention:
         mask, scale = self._dropout_mask(values, B, H, T)  # (B, H, T, T) of 0/1, the probabilities path's draw
         parts = []
         if D:
-            # padded query rows zero, as norm(·) makes them (padded keys are already): (probs · m_i/(1−p)) ⊙ mask
-            # is the probabilities path's probs ⊙ keep, entry for entry
+            # (probs · m_i/(1−p)) ⊙ mask = probs ⊙ keep with padded query rows zero, as the probabilities path's
+            # norm(·) makes them (padded keys are zero already)
             factor = scale if valid is None else valid[:, None, :, None].to(probs.dtype) * scale  # (B, 1, T, 1)
             if in_place_ok(probs):
                 weights = probs.mul_(factor).mul_(mask[:, :D])
