@@ -278,6 +278,15 @@ def test_smoke_run_tiny(tmp_path):
     assert all(r["trainable_parameters"] > 0 for r in training)
     full_ft = next(r for r in training if r["variant"] == "full fine-tuning")
     assert all(r["trainable_parameters"] < full_ft["trainable_parameters"] for r in training if r is not full_ft)
+    for row in training[1:]:  # every mode beside the stock probing step keeps its raw rounds, for --pool
+        assert len(row["rounds"]["seconds"]) == len(row["rounds"]["stock_beside_seconds"]) == 2, row["variant"]
+    bounded = [r for r in training if "flop_bound_speedup" in r]
+    assert [r["variant"] for r in bounded] == ["probing (1/2 constant)", "probing (all constant)",
+                                               "probing (all constant, probabilities path)"]
+    for row in bounded:  # removed FLOP share 1 − 1/bound, weighted by the stock step's matmul time share s
+        s, bound = row["stock_modelled_time_share"], row["flop_bound_speedup"]
+        assert 0 < s < 1 and 1 < row["time_weighted_bound"] < bound
+        assert row["time_weighted_bound"] == pytest.approx(1 / (1 - (1 - 1 / bound) * s))
 
     assert results["goals"] and all(isinstance(g["met"], bool) for g in results["goals"])
     table = out.with_suffix(".md").read_text()

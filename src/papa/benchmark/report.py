@@ -216,12 +216,19 @@ def _averaging_section(a, s):
 def _training_section(t, s):
     def bound(r):
         if "flop_bound_speedup" not in r:
-            return "", ""
-        return f"{r['flop_bound_speedup']:.3f}x", percent_cell(r["percent_of_bound"])
+            return "", "", "", ""
+        weighted = r.get("time_weighted_bound")
+        return (f"{r['flop_bound_speedup']:.3f}x", percent_cell(r["percent_of_bound"]),
+                "–" if weighted is None else f"{weighted:.3f}x", percent_cell(r.get("percent_of_time_weighted_bound")))
 
+    shares = {r["stock_modelled_time_share"] for r in t["rows"] if r.get("stock_modelled_time_share") is not None}
+    weighted_note = ("" if not shares else
+                     f" Time-weighted bound = 1/(1 − removed FLOP share · s), s = {shares.pop():.2f}, the share of the "
+                     "stock probing step's CPU operator time in matrix products (torch.profiler): its dropout masks' "
+                     "Bernoulli draws, activations and norms are not removed by constant heads.")
     table = markdown_table(["mode", "set_trainable", "trainable params", "median ms/step", "IQR ms",
                             "speed vs stock probing, paired (95% CI)", "FLOP bound", "% of bound",
-                            "peak memory increase MB"],
+                            "time-weighted bound", "% of it", "peak memory increase MB"],
                    [[r["variant"], r["mode"], f"{r['trainable_parameters']:,}", f"{1e3 * r['median_s']:.1f}",
                      f"{1e3 * (r['p75_s'] - r['p25_s']):.1f}",
                      _paired(r) if "paired_speed_ratio" in r else "1 (reference)", *bound(r),
@@ -230,8 +237,8 @@ def _training_section(t, s):
              f"freeze-extract sequence probe, train mode; {s['train_repeats']} repeats)", ""] + table
             + ["", "paired = median over rounds of (the stock probing steps just before and after) / this step, each "
                    "mode run between two stock probing steps; the probing steps' FLOP bound is the forward's (the "
-                   "encoder is frozen), constant heads taken layer by layer. Memory: peak increase over two steps "
-                   "(AdamW state included) in a fresh child process."])
+                   "encoder is frozen), constant heads taken layer by layer." + weighted_note + " Memory: peak "
+                   "increase over two steps (AdamW state included) in a fresh child process."])
 
 
 def _goals_section(goal_rows):

@@ -312,6 +312,9 @@ def bench_training(args, config):
     print(f"[bench] training: {len(steps)} modes x {args.train_repeats} repeats", file=sys.stderr, flush=True)
     # each mode beside the stock probe's step (R v1 R v2 … R): the probing steps' speed-ups are paired ratios
     times, beside = sandwiched_times(steps, "probing", args.train_repeats, args.warmup, args.device)
+    # the stock probing step's time share in matrix products (eager CPU): its Bernoulli draws, activations and
+    # norms stay, so the time-weighted bound is what removing the FLOPs alone, at the stock's rate, would give
+    modelled = None if str(args.device).startswith("cuda") else modelled_time_share(steps["probing"])
     del steps
     gc.collect()
     L, H = config.num_hidden_layers, config.num_attention_heads
@@ -330,8 +333,14 @@ def bench_training(args, config):
         if spec.mode == "grad_for_classifier_only" and spec.constant_fraction and not spec.stock_with_activation_grads:
             static = spec.constant_heads(L, H)  # a probing step is a forward of the frozen encoder: its bound
             k = sum(len(heads) for heads in static.values())
-            row["flop_bound_speedup"] = flop_bound(config, T, k, args.batch_size, static)["bound_speedup"]
+            flops = flop_bound(config, T, k, args.batch_size, static)
+            row["flop_bound_speedup"] = flops["bound_speedup"]
             row["percent_of_bound"] = percent_of_bound(row["paired_speed_ratio"], row["flop_bound_speedup"])
+            if modelled is not None:
+                row["stock_modelled_time_share"] = modelled
+                row["time_weighted_bound"] = time_weighted_bound(flops["removed_share"], modelled)
+                row["percent_of_time_weighted_bound"] = percent_of_bound(row["paired_speed_ratio"],
+                                                                         row["time_weighted_bound"])
         rows.append(row)
     return {"seq_len": T, "batch_size": args.batch_size, "rows": rows}
 
