@@ -18,7 +18,7 @@ from transformers import HfArgumentParser
 from papa.arguments import (AveragingArguments, DataArguments, ModelArguments, PapaTrainingArguments,
                             UnusedAveragingArguments)
 from papa.sweep.arguments import SweepArguments
-from papa.benchmark.run import BenchmarkArguments
+from papa.benchmark.arguments import BenchmarkArguments
 from papa.io import save_text
 
 FLAGS_MD = os.path.join(os.path.dirname(os.path.abspath(__file__)), "flags.md")

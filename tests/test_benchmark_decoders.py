@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from papa.benchmark import flops, workloads
-from papa.benchmark.run import BenchmarkArguments  # noqa: F401  (its help reads FAMILY_CONFIGS: import before patching)
+from papa.benchmark.arguments import BenchmarkArguments  # noqa: F401  (its help reads FAMILY_CONFIGS: import before patching)
 from papa.cli.benchmark import main
 
 

@@ -5,10 +5,12 @@
     harness.py    interleaved timing, medians and their intervals
     memory.py     peak memory of one pass, in a fresh child process (papa.fork_server)
     report.py     machine description, goals, markdown
-    pool.py       earlier runs' inference rounds, pooled (--pool)
+    pool.py       earlier runs' inference and training rounds, pooled (--pool)
+    arguments.py  papa-benchmark's flags (BenchmarkArguments)
     run.py        the three benchmarks and `run_benchmark`
 
-Imports go one way: run.py → pool.py, report.py, memory.py, harness.py → workloads.py, flops.py.
+Imports go one way: run.py → pool.py, report.py, memory.py, harness.py → workloads.py, flops.py; arguments.py →
+workloads.py.
 
 Entry point: `papa-benchmark` (papa.cli.benchmark, papa_scripts/benchmark_papa.py).
 """

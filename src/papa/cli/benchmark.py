@@ -5,7 +5,8 @@ from . import command
 
 def run(argv):
     from ..arguments import parse_dataclasses
-    from ..benchmark.run import BenchmarkArguments, run_benchmark
+    from ..benchmark.arguments import BenchmarkArguments
+    from ..benchmark.run import run_benchmark
 
     args = parse_dataclasses(BenchmarkArguments, argv, description="Benchmark PAPA's speed and memory against "
                                                                    "the stock model and the original code's loops.")[0]
