@@ -36,8 +36,8 @@ def _load_run(path):
     """(run, settings, inference rows, training rows): the training rows only where the run kept their rounds
     (runs before that change did not; their inference still pools)."""
     run = load_json_object(path, "pass JSON files written by papa-benchmark --json")
-    settings, rows = run.get("settings") or {}, run.get("inference") or []
-    training = (run.get("training") or {}).get("rows") or []
+    settings, rows, section = run.get("settings") or {}, run.get("inference") or [], run.get("training") or {}
+    training = section.get("rows") or []
     if not any("rounds" in row for row in training if isinstance(row, dict)):
         training = []
     if not rows and not training:
@@ -51,8 +51,7 @@ def _load_run(path):
             raise PapaError(f"{path}: the rounds of '{row['variant']}' are incomplete; rerun it to pool it")
     for row in training:
         _check_rounds(path, row, "probing")
-    T = (run.get("training") or {}).get("seq_len")
-    return run, settings, rows, [{**row, "seq_len": T} for row in training]
+    return run, settings, rows, [{**row, "seq_len": section.get("seq_len")} for row in training]
 
 
 def _pool_rows(per_run_rows, reference):

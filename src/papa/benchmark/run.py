@@ -226,9 +226,13 @@ def bench_training(args, config):
     print(f"[bench] training: {len(steps)} modes x {args.train_repeats} repeats", file=sys.stderr, flush=True)
     # each mode beside the stock probe's step (R v1 R v2 … R): the probing steps' speed-ups are paired ratios
     times, beside = sandwiched_times(steps, "probing", args.train_repeats, args.warmup, args.device)
+    # probing steps with constant heads: a forward of the frozen encoder, so they have the forward's FLOP bound
+    bounded = {name for name, spec in chosen.items() if spec.mode == "grad_for_classifier_only"
+               and spec.constant_fraction and not spec.stock_with_activation_grads}
     # the stock probing step's time share in matrix products (eager CPU): its Bernoulli draws, activations and
     # norms stay, so the time-weighted bound is what removing the FLOPs alone, at the stock's rate, would give
-    modelled = None if str(args.device).startswith("cuda") else modelled_time_share(steps["probing"])
+    profiled = bounded and not str(args.device).startswith("cuda")
+    modelled = modelled_time_share(steps["probing"]) if profiled else None
     del steps
     gc.collect()
     L, H = config.num_hidden_layers, config.num_attention_heads
@@ -244,8 +248,8 @@ def bench_training(args, config):
                        # the raw rounds, so runs can be pooled later (--pool): one process, so one cluster
                        rounds={"seconds": times[variant], "stock_beside_seconds": beside[variant],
                                "process": [0] * len(paired)})
-        if spec.mode == "grad_for_classifier_only" and spec.constant_fraction and not spec.stock_with_activation_grads:
-            static = spec.constant_heads(L, H)  # a probing step is a forward of the frozen encoder: its bound
+        if variant in bounded:
+            static = spec.constant_heads(L, H)
             k = sum(len(heads) for heads in static.values())
             flops = flop_bound(config, T, k, args.batch_size, static)
             row["flop_bound_speedup"] = flops["bound_speedup"]
