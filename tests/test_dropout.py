@@ -11,8 +11,10 @@ import transformers
 from torch.testing import assert_close
 
 import papa
+from papa.constant_math import dropped_constant_output
 from papa.families import attention_modules
 from layer_reference import run
+from numpy_attention import numpy_norm
 from tiny_decoders import DECODER_NAMES, SDPA_DECODERS, family_batch, tiny_family_model
 from tiny_encoders import FAMILY_NAMES, H, L, T, padded_batch, random_constants, tiny_config
 
@@ -102,3 +104,39 @@ def test_dropout_mask_and_scale_are_f_dropouts_multipliers_bit_for_bit(dtype):
     keep = module._dropout_keep(like, 2, H, T)
     assert set(mask.unique().tolist()) == {0.0, 1.0} and scale.dtype == dtype
     assert torch.equal(mask * scale, expected) and torch.equal(keep, expected)
+
+
+@pytest.mark.parametrize("autograd", [False, True])
+@pytest.mark.parametrize("padding", [True, False])
+def test_dropped_constant_output_against_numpy(autograd, padding):
+    """(mask · scale ⊙ norm(C·P)) · V recomputed per example and head in float64 (numpy_norm), with negative
+    entries, an all-zero row and a fully padded example; the in-place branch (no autograd) also into a slice of a
+    wider context (out=), and it leaves the caller's mask as mask ⊙ C, as documented."""
+    g = torch.Generator().manual_seed(0)
+    B, S, d, p = 4, 3, 5, 0.25
+    constant = torch.randn(S, T, T, generator=g)
+    constant[1, 2] = 0  # a row no training example reached
+    values = torch.randn(B, T, S, d, generator=g)
+    valid = (torch.rand(B, T, generator=g) > 0.3).float()
+    valid[3] = 0
+    mask = (torch.rand(B, S, T, T, generator=g) > p).float()
+    scale = torch.tensor(1 / (1 - p))
+    m = valid if padding else None
+    expected = torch.zeros(B, T, S, d, dtype=torch.float64)
+    for b in range(B):
+        real = (valid[b] if padding else torch.ones(T)).numpy()
+        for h in range(S):
+            weights = torch.from_numpy(numpy_norm(constant[h].numpy(), real)) * mask[b, h].double() / (1 - p)
+            expected[b, :, h] = weights @ values[b, :, h].double()
+    if autograd:
+        values.requires_grad_(True)
+        got = dropped_constant_output(constant, mask, scale, values, m)
+        got.sum().backward()
+        assert torch.isfinite(values.grad).all()
+    else:
+        drawn = mask.clone()
+        wide = torch.full((B, T, S + 2, d), float("nan"))
+        got = dropped_constant_output(constant, mask, scale, values, m, out=wide[:, :, 2:])
+        assert got.data_ptr() == wide[:, :, 2:].data_ptr() and torch.isnan(wide[:, :, :2]).all()
+        assert torch.equal(mask, drawn * constant)
+    assert_close(got.detach().double(), expected, rtol=1e-5, atol=1e-6)

@@ -128,7 +128,7 @@ def mean_output(means, valid, batch_size):
     return out if valid is None else out * valid[:, :, None, None].to(out.dtype)
 
 
-def dropped_constant_output(constant, mask, scale, values, valid):
+def dropped_constant_output(constant, mask, scale, values, valid, out=None):
     """(keep ⊙ norm(C·P)) · V, attention dropout on constant heads, without materialising norm(C·P).
 
     constant: (H, T, T); mask: (B, H, T, T) dropout mask of 0/1; scale: 1/(1−p), so keep = mask · scale (0-dim);
@@ -136,10 +136,24 @@ def dropped_constant_output(constant, mask, scale, values, valid):
     r_bi the row sum of norm(·), so the (B, H, T, T) work is one product mask ⊙ C and one batched matmul (the
     probabilities path builds C·P, its row sums, their quotient and the dropout product besides), and the scale
     joins the (H, T, B) row factors. Without autograd the product is written into `mask`, which the caller drew
-    for this call.
+    for this call, and V·m and the scaled rows straight into the layouts the matmul and the caller want (out=, as
+    in `constant_attention_output`): no (B, T, H, d) pass beyond the stock attention's. `out`, if given, is a
+    (B, T, H, d) view to fill.
     """
-    masked = values if valid is None else values * valid[:, :, None, None].to(values.dtype)
-    weights = torch.mul(mask, constant, out=mask) if in_place_ok(mask, constant) else mask * constant
-    numerator = torch.matmul(weights, masked.transpose(1, 2))  # (B, H, T, d)
+    B, T, H, d = values.shape
     rows = (row_scale(constant, valid) * scale).permute(2, 0, 1).unsqueeze(-1)  # (B, H, T, 1) or (1, H, T, 1)
-    return (numerator * rows).to(values.dtype).transpose(1, 2)  # float32 product, rounded once
+    if not in_place_ok(mask, constant, values):
+        masked = values if valid is None else values * valid[:, :, None, None].to(values.dtype)
+        numerator = torch.matmul(mask * constant, masked.transpose(1, 2))  # (B, H, T, d)
+        result = (numerator * rows).to(values.dtype).transpose(1, 2)  # float32 product, rounded once
+        return result if out is None else out.copy_(result)
+    by_head = values.new_empty(B, H, T, d)  # V·m laid out for the batched matmul
+    if valid is None:
+        by_head.copy_(values.transpose(1, 2))
+    else:
+        torch.mul(values.transpose(1, 2), valid[:, None, :, None].to(values.dtype), out=by_head)
+    numerator = torch.matmul(torch.mul(mask, constant, out=mask), by_head)  # (B, H, T, d)
+    if out is None:
+        out = values.new_empty(B, T, H, d)
+    torch.mul(numerator, rows, out=out.transpose(1, 2))  # float32 product, rounded once
+    return out

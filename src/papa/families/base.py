@@ -295,6 +295,8 @@ class PapaAttention:
         # embeddings) draws before the attention mask does
         probs = self.papa_scores(call).softmax(dim=-1).to(values.dtype) if D else None  # (B, D, T, T)
         mask, scale = self._dropout_mask(values, B, H, T)  # (B, H, T, T) of 0/1, the probabilities path's draw
+        # a layer mixing both kinds writes each into its slice of one context (no autograd), as the fast path does
+        context = values.new_empty(B, T, H, d) if 0 < D < H and in_place_ok(values, *self._replacements()) else None
         parts = []
         if D:
             # (probs · m_i/(1−p)) ⊙ mask = probs ⊙ keep with padded query rows zero, as the probabilities path's
@@ -304,11 +306,17 @@ class PapaAttention:
                 weights = probs.mul_(factor).mul_(mask[:, :D])
             else:
                 weights = probs * factor * mask[:, :D]
-            parts.append(torch.matmul(weights, values[:, :, :D].transpose(1, 2)).transpose(1, 2))
+            dynamic = torch.matmul(weights, values[:, :, :D].transpose(1, 2)).transpose(1, 2)  # (B, T, D, d)
+            parts.append(dynamic if context is None else context[:, :, :D].copy_(dynamic))
         if D < H:
-            replaced = values[:, :, D:]
-            parts.append(self._replaced_output(replaced, valid) if self.head_mode == "mean_output" else
-                         dropped_constant_output(self._constants(values.dtype), mask[:, D:], scale, replaced, valid))
+            replaced, target = values[:, :, D:], None if context is None else context[:, :, D:]
+            if self.head_mode == "mean_output":
+                parts.append(self._replaced_output(replaced, valid, out=target))
+            else:
+                parts.append(dropped_constant_output(self._constants(values.dtype), mask[:, D:], scale, replaced,
+                                                     valid, out=target))
+        if context is not None:
+            return context
         return parts[0] if len(parts) == 1 else torch.cat(parts, dim=2)  # (B, T, H, d)
 
     def _dropout_mask(self, like, B, H, T):
