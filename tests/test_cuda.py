@@ -1,8 +1,9 @@
 """The GPU check's tests (`pytest -m cuda`, run by benchmarks/gpu_check.sh): parity and precision on a CUDA device.
 
 Skipped without one. On the GPU: every family's patched model in every precision within 3x the stock model's own
-error (as tests/test_precision.py checks on the CPU), 0 replaced heads equal to stock, and the fast path under each
-SDPA backend that takes a padded batch's mask equal to the probabilities path.
+error (as tests/test_precision.py checks on the CPU), one training step's gradients in every mode for six families,
+0 replaced heads equal to stock, and the fast path under each SDPA backend that takes a padded batch's mask equal to
+the probabilities path.
 """
 
 import pytest
@@ -11,9 +12,10 @@ from torch.testing import assert_close
 
 import papa
 from test_precision import CASES, MIXED, PRECISIONS, check_forward_error, constants_with_zero_rows
+from test_precision_backward import check_backward_error
 from tiny_decoders import family_batch
 from tiny_decoders import tiny_family_model as family_model
-from tiny_encoders import padded_batch, tiny_model
+from tiny_encoders import T, padded_batch, tiny_model
 
 pytestmark = [pytest.mark.cuda,
               pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device (run on a GPU machine)")]
@@ -23,6 +25,15 @@ pytestmark = [pytest.mark.cuda,
 @pytest.mark.parametrize("name,impl", CASES)
 def test_cuda_forward_error_within_the_stock_models_own(name, impl, precision):
     check_forward_error(name, impl, precision, device="cuda")
+
+
+@pytest.mark.parametrize("name", ["bert", "deberta-v2", "modernbert", "llama", "gemma3_text", "gpt2"])
+def test_cuda_backward_error_within_the_stock_models_own(name):
+    """One training step's gradients in every mode on the GPU (where `--fp16` is autocast with a GradScaler), as
+    tests/test_precision_backward.py checks them on the CPU, but in eval mode: the fast and probabilities paths under autograd,
+    without dropout, so the comparison does not hang on whether CUDA draws the same masks in every dtype."""
+    check_backward_error(name, ["mix"], lengths=(T - 4, 7, 3), device="cuda", train=False)
+    check_backward_error(name, ["replace", "mean_output"], lengths=(T, 7, 3), device="cuda", train=False)
 
 
 @pytest.mark.parametrize("name,impl", CASES)
