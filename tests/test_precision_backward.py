@@ -30,6 +30,7 @@ ATTENTION_WEIGHTS = ("value.weight", "value_proj.weight", "in_proj.weight", "Wqk
 QUERY_KEY_WEIGHTS = ("query.weight", "key.weight", "query_proj.weight", "key_proj.weight", "q_proj.weight",
                      "k_proj.weight", "in_proj.weight", "Wqkv.weight", "c_attn.weight")  # a fused QKV counts too
 VALUE_PROJECTIONS = ("value", "value_proj", "in_proj", "Wqkv", "v_proj", "c_attn")  # the modules of those weights
+PAPA_PARAMETERS = ("lambdas", "constant_matrices", "mean_outputs")
 LABELS = torch.tensor([0, 1, 2])
 
 
@@ -104,6 +105,21 @@ def per_example_cancellation(model, ids, mask, names):
     return {n: cancellation(torch.stack([g[n] for g in grads]), 0) for n in grads[0]}
 
 
+def cancellation_scales(model, mode, ids, mask, stock_cancels):
+    """Without dropout: {parameter: how much more its gradient's sum cancels than the stock value weights'} for the
+    mean outputs (over the batch, against the stock's `stock_cancels` measured the same way), λ (A and C rounded
+    apart) and C (through norm(·)'s Jacobian), these two against the same layer's value weights'."""
+    scales = {}
+    if any(n.endswith("mean_outputs") for n, _ in model.named_parameters()):
+        scales = {n: c / stock_cancels for n, c in per_example_cancellation(model, ids, mask, ("mean_outputs",)).items()}
+    for parameter, measure, key in (("lambdas", lambda_and_value_cancellation, "lambda, A and C rounded"),
+                                    ("constant_matrices", constant_and_value_cancellation, "constants")):
+        names = [n for n, _ in model.named_parameters() if n.endswith(parameter)]  # layer by layer
+        if names:
+            scales |= {n: c[key] / c["values"] for n, c in zip(names, measure(copy.deepcopy(model), ids, mask))}
+    return scales
+
+
 def check_backward_error(name, modes, lengths, precisions=PRECISIONS, device="cpu", train=True):
     """One training step of a patched `name` model in each of `modes` ("mix", or "replace" / "mean_output" with
     mixed layers, each through the probabilities path and, in training, the dropout path, else the fast path) and
@@ -123,21 +139,10 @@ def check_backward_error(name, modes, lengths, precisions=PRECISIONS, device="cp
     stock_cancels = None if train else max(per_example_cancellation(base, ids, mask, ATTENTION_WEIGHTS).values())
     for mode in modes:
         model = patched(base, mode)
-        cancels = {}  # {parameter: how much more its gradient's sum cancels than the stock value weights'}
-        if not train:
-            cancels = {n: c / stock_cancels for n, c in per_example_cancellation(model, ids, mask, ("mean_outputs",)).items()}
-        if not train and mode == "mix":
-            lambdas = [n for n, _ in model.named_parameters() if n.endswith("lambdas")]  # layer by layer
-            layers = lambda_and_value_cancellation(copy.deepcopy(model), ids, mask)
-            cancels |= {n: c["lambda, A and C rounded"] / c["values"] for n, c in zip(lambdas, layers)}
-        if not train and mode != "mean_output":
-            constants = [n for n, _ in model.named_parameters() if n.endswith("constant_matrices")]
-            layers = constant_and_value_cancellation(copy.deepcopy(model), ids, mask)
-            cancels |= {n: c["constants"] / c["values"] for n, c in zip(constants, layers)}
-        papa = ("lambdas", "constant_matrices", "mean_outputs")
+        cancels = {} if train else cancellation_scales(model, mode, ids, mask, stock_cancels)
         for attentions in ((False,) if mode == "mix" else (False, True)):
             want = training_step_grads(model, "fp32", ids, mask, attentions, device, train)
-            bounded = [n for n in want if n.endswith(papa + ATTENTION_WEIGHTS)]
+            bounded = [n for n in want if n.endswith(PAPA_PARAMETERS + ATTENTION_WEIGHTS)]
             if not train and attentions:  # C's through the probabilities path without dropout: finite only (see the test)
                 bounded = [n for n in bounded if not n.endswith("constant_matrices")]
             for precision in precisions:
@@ -196,6 +201,28 @@ def test_backward_without_attention_dropout_is_finite_and_close_to_fp32(name):
     check_backward_error(name, ["replace", "mean_output"], lengths=(T, 7, 3), train=False)
 
 
+def attention_projections(model):
+    """Per layer: its attention modules, the projections reading the heads' outputs, those making the values."""
+    layers = attention_modules(model)
+    outputs = family_for(model).output_projections(model.base_model)
+    values = [next(getattr(m, n) for n in VALUE_PROJECTIONS if hasattr(m, n)) for m in layers]
+    return layers, outputs, values
+
+
+def record_value_terms(values, captured):
+    """Hooks keeping each value projection's input (("x", i)) and output gradient (("g_v", i)); their handles."""
+    handles = [v.register_forward_pre_hook(lambda module, args, i=i: captured.__setitem__(("x", i), args[0]))
+               for i, v in enumerate(values)]
+    return handles + [v.register_full_backward_hook(
+        lambda module, grad_in, grad_out, i=i: captured.__setitem__(("g_v", i), grad_out[0])) for i, v in enumerate(values)]
+
+
+def value_cancellation(captured, i):
+    """How much layer i's value projection weight gradient cancels: its terms are dL/dv ⊗ x per token."""
+    x, g = captured[("x", i)].flatten(0, 1), captured[("g_v", i)].flatten(0, 1)  # (B·T, in), (B·T, out)
+    return cancellation(g[:, :, None] * x[:, None, :], 0)  # (B·T, out, in) terms
+
+
 def lambda_and_value_cancellation(model, ids, mask):
     """Per layer, in float32 and eval mode (mix mode, λ = 0): the cancellation (`cancellation`) of λ's gradient,
     whose terms are dL/dout · (A − C) per (example, position, head, channel), A and C the layer's heads' output (the
@@ -204,9 +231,7 @@ def lambda_and_value_cancellation(model, ids, mask):
     dL/dout · A and dL/dout · C ("lambda, A and C rounded"); and of the value projection's weight gradient, whose
     terms are dL/dv ⊗ x per token (a fused QKV projection: its whole weight's) ("values")."""
     model = model.eval()
-    layers = attention_modules(model)
-    outputs = family_for(model).output_projections(model.base_model)  # per layer, the Linear reading the heads
-    values = [next(getattr(m, n) for n in VALUE_PROJECTIONS if hasattr(m, n)) for m in layers]
+    layers, outputs, values = attention_projections(model)
     captured = {}
 
     def hook(key, index):
@@ -225,11 +250,9 @@ def lambda_and_value_cancellation(model, ids, mask):
         handle = output.register_forward_pre_hook(hook("C", i))
         forward(-60.0, i)
         handle.remove()
-    handles = [v.register_forward_pre_hook(hook("x", i)) for i, v in enumerate(values)]
+    handles = record_value_terms(values, captured)
     handles += [o.register_full_backward_hook(
         lambda module, grad_in, grad_out, i=i: captured.__setitem__(("g_out", i), grad_in[0])) for i, o in enumerate(outputs)]
-    handles += [v.register_full_backward_hook(
-        lambda module, grad_in, grad_out, i=i: captured.__setitem__(("g_v", i), grad_out[0])) for i, v in enumerate(values)]
     torch.nn.functional.cross_entropy(forward(), LABELS).backward()
     for handle in handles:
         handle.remove()
@@ -240,10 +263,8 @@ def lambda_and_value_cancellation(model, ids, mask):
         # with A and C each rounded before their difference, the sum is Σ g·A − Σ g·C, of terms g·A and g·C
         rounded = ((g_out.abs() * (A.abs() + C.abs())).sum((0, 1, 3)).norm()
                    / (g_out * (A - C)).sum((0, 1, 3)).norm()).item()
-        x, g = captured[("x", i)].flatten(0, 1), captured[("g_v", i)].flatten(0, 1)  # (B·T, in), (B·T, out)
-        value_terms = g[:, :, None] * x[:, None, :]  # (B·T, out, in)
         result.append({"lambda": cancellation(g_out * (A - C), (0, 1, 3)), "lambda, A and C rounded": rounded,
-                       "values": cancellation(value_terms, 0)})
+                       "values": value_cancellation(captured, i)})
     return result
 
 
@@ -282,22 +303,17 @@ def constant_and_value_cancellation(model, ids, mask):
     rounded apart in low precision, are G_bij and each G_bik N_bik: ‖Σ_b m m/r (|G_bij| + Σ_k |G_bik| N_bik)‖ over
     ‖dL/dC‖. The heads' layout puts the constant heads last, in the order of `constant_matrices`."""
     model = model.eval()
-    layers = attention_modules(model)
-    outputs = family_for(model).output_projections(model.base_model)
-    values = [next(getattr(m, n) for n in VALUE_PROJECTIONS if hasattr(m, n)) for m in layers]
+    layers, outputs, values = attention_projections(model)
     captured = {}
 
-    def keep(key, i, grad=False):
+    def keep_output(i):  # the heads' outputs, with their gradient
         def hook(module, args):
-            if grad:
-                args[0].retain_grad()
-            captured[(key, i)] = args[0]
+            args[0].retain_grad()
+            captured[("out", i)] = args[0]
         return hook
 
-    handles = [o.register_forward_pre_hook(keep("out", i, grad=True)) for i, o in enumerate(outputs)]
-    handles += [v.register_forward_pre_hook(keep("x", i)) for i, v in enumerate(values)]
-    handles += [v.register_full_backward_hook(
-        lambda module, grad_in, grad_out, i=i: captured.__setitem__(("g_v", i), grad_out[0])) for i, v in enumerate(values)]
+    handles = [o.register_forward_pre_hook(keep_output(i)) for i, o in enumerate(outputs)]
+    handles += record_value_terms(values, captured)
     for i, m in enumerate(layers):  # each layer's values (B, T, H, d), as its forward computes them
         m.papa_values = lambda call, m=m, i=i: captured.setdefault(("V", i), type(m).papa_values(m, call))
     torch.nn.functional.cross_entropy(classifier_logits(model, ids, mask), LABELS).backward()
@@ -322,7 +338,5 @@ def constant_and_value_cancellation(model, ids, mask):
         mixed = 1 - torch.sigmoid(m.lambdas.detach())[:, None, None] if m.lambdas is not None else 1.0  # mix: (1 − σ(λ))·C
         assert_close(exact * mixed, m.constant_matrices.grad, rtol=1e-4, atol=1e-6 * exact.abs().max().item())
         rounded = (weight * (G.abs() + (G.abs() * N).sum(-1, keepdim=True))).sum(0)
-        x, g_v = captured[("x", i)].flatten(0, 1), captured[("g_v", i)].flatten(0, 1)
-        result.append({"constants": (rounded.norm() / exact.norm()).item(),
-                       "values": cancellation(g_v[:, :, None] * x[:, None, :], 0)})
+        result.append({"constants": (rounded.norm() / exact.norm()).item(), "values": value_cancellation(captured, i)})
     return result

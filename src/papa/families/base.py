@@ -296,7 +296,8 @@ class PapaAttention:
         probs = self.papa_scores(call).softmax(dim=-1).to(values.dtype) if D else None  # (B, D, T, T)
         mask, scale = self._dropout_mask(values, B, H, T)  # (B, H, T, T) of 0/1, the probabilities path's draw
         # a layer mixing both kinds writes each into its slice of one context (no autograd), as the fast path does
-        context = values.new_empty(B, T, H, d) if 0 < D < H and in_place_ok(values, *self._replacements()) else None
+        mixed = 0 < D < H and in_place_ok(values, probs, *self._replacements())
+        context = values.new_empty(B, T, H, d) if mixed else None
         parts = []
         if D:
             # (probs · m_i/(1−p)) ⊙ mask = probs ⊙ keep with padded query rows zero, as the probabilities path's
