@@ -87,28 +87,35 @@ def attention_projections(model):
 def record_layer_tensors(model, captured):
     """Hooks keeping, per layer i: the value projection's input ("x", i), output ("v", i) and output gradient
     ("g_v", i); the heads' outputs, the output projection's input ("out", i), and their gradient ("g_out", i); and
-    in a patched model the values its heads read ("V", i) and its dynamic heads' outputs ("A", i), (B, T, ·, d).
-    Their handles (the patched layers' hooks are attributes, which go with the model)."""
+    in a patched model the values its heads read ("V", i) and its dynamic heads' outputs ("A", i), (B, T, ·, d), and
+    in training its attention-dropout multipliers, 0 or 1/(1−p) ("keep", i), (B, H, T, T) in its layout. Their
+    handles (the patched layers' hooks are attributes, which go with the model)."""
     layers, outputs, values = attention_projections(model)
 
-    def keep(key, tensor):  # a hook's: returns None, so that it changes nothing
+    def store(key, tensor):  # as a hook: returns None, so that it changes nothing
         captured.setdefault(key, tensor)
 
-    def kept(key, tensor):
-        keep(key, tensor)
+    def stored(key, tensor):
+        store(key, tensor)
         return tensor
+
+    def stored_dropout(i, mask_and_scale):  # the multipliers, before a caller scales the mask in place
+        mask, scale = mask_and_scale
+        store(("keep", i), mask * scale)
+        return mask_and_scale
 
     handles = []
     for i, (layer, output, value) in enumerate(zip(layers, outputs, values)):
-        handles.append(value.register_forward_pre_hook(lambda module, args, i=i: keep(("x", i), args[0])))
-        handles.append(value.register_forward_hook(lambda module, args, out, i=i: keep(("v", i), out)))
-        handles.append(value.register_full_backward_hook(lambda module, g_in, g_out, i=i: keep(("g_v", i), g_out[0])))
-        handles.append(output.register_forward_pre_hook(lambda module, args, i=i: keep(("out", i), args[0])))
-        handles.append(output.register_full_backward_hook(lambda module, g_in, g_out, i=i: keep(("g_out", i), g_in[0])))
+        handles.append(value.register_forward_pre_hook(lambda module, args, i=i: store(("x", i), args[0])))
+        handles.append(value.register_forward_hook(lambda module, args, out, i=i: store(("v", i), out)))
+        handles.append(value.register_full_backward_hook(lambda module, g_in, g_out, i=i: store(("g_v", i), g_out[0])))
+        handles.append(output.register_forward_pre_hook(lambda module, args, i=i: store(("out", i), args[0])))
+        handles.append(output.register_full_backward_hook(lambda module, g_in, g_out, i=i: store(("g_out", i), g_in[0])))
         if hasattr(layer, "papa_values"):
-            layer.papa_values = lambda call, m=layer, i=i: kept(("V", i), type(m).papa_values(m, call))
-            layer.papa_dynamic_context = lambda call, values, m=layer, i=i: kept(
+            layer.papa_values = lambda call, m=layer, i=i: stored(("V", i), type(m).papa_values(m, call))
+            layer.papa_dynamic_context = lambda call, values, m=layer, i=i: stored(
                 ("A", i), type(m).papa_dynamic_context(m, call, values))
+            layer._dropout_mask = lambda *args, m=layer, i=i: stored_dropout(i, type(m)._dropout_mask(m, *args))
     return handles
 
 
@@ -174,16 +181,18 @@ def constant_gradient(layer, captured, i, mask):
     With N = norm(C·P), r_bi = Σ_k C_ik m_bk and G_bij = Σ_d dL/dout_bid · m_bj V_bjd (out a constant head's output,
     V its values), dL/dC_ij = Σ_b m_bi m_bj / r_bi · (G_bij − Σ_k G_bik N_bik): norm(·)'s Jacobian subtracts each
     row's N-weighted mean of G, as softmax's does for the stock queries and keys. Its terms are G_bij and each
-    G_bik N_bik, and G's own, dL/dout_bid V_bjd (a matmul rounds its products' sum, or its inputs). In mix mode
-    the constant path is weighted by 1 − σ(λ). The heads' layout puts the constant heads last, in the order of
+    G_bik N_bik, and G's own, dL/dout_bid V_bjd (a matmul rounds its products' sum, or its inputs). Attention
+    dropout multiplies G by its multipliers (the dropout path's rows are norm(C·P)'s, so the same holds there). In
+    mix mode the constant path is weighted by 1 − σ(λ). The heads' layout puts the constant heads last, in the order of
     `constant_matrices`."""
     B, T = mask.shape
     S = layer.constant_matrices.shape[0]
     g = captured[("g_out", i)].double().view(B, T, H, -1)[:, :, H - S:]  # (B, T, S, d)
     V = captured[("V", i)].double()[:, :, H - S:] * mask.double()[:, :, None, None]  # (B, T, S, d)
     C, weight, N = normalized_constants(layer, mask)  # (S, T, T), (B, S, T, T) twice
-    G = torch.einsum("bisd,bjsd->bsij", g, V)  # (B, S, T, T)
-    G_terms = torch.einsum("bisd,bjsd->bsij", g.abs(), V.abs())  # Σ_d |terms| of G: a matmul's rounding bound
+    keep = captured[("keep", i)].double()[:, H - S:] if ("keep", i) in captured else 1.0  # (B, S, T, T)
+    G = keep * torch.einsum("bisd,bjsd->bsij", g, V)  # (B, S, T, T)
+    G_terms = keep * torch.einsum("bisd,bjsd->bsij", g.abs(), V.abs())  # Σ_d |terms| of G: a matmul's rounding bound
     mixed = 1 - torch.sigmoid(layer.lambdas.detach().double())[:, None, None] if layer.lambdas is not None else 1.0
     exact = mixed * (weight * (G - (G * N).sum(-1, keepdim=True))).sum(0)
     magnitudes = mixed * (weight * (G_terms + (G_terms * N).sum(-1, keepdim=True))).sum(0)
