@@ -164,13 +164,14 @@ def lambda_and_value_cancellation(model, ids, mask):
 
 
 def normalized_constants(layer, mask):
-    """The layer's constants C (S, T, T), the band folded in, and norm(C·P) (B, S, T, T), float64."""
+    """norm(·)'s row factors m_i m_j / r_bi where C > 0, and norm(C·P), (B, S, T, T) each, float64, for the layer's
+    constants C, the band folded in."""
     valid = mask.double()  # (B, T)
-    C = layer._constants(torch.float32).detach().double()
+    C = layer._constants(torch.float32).detach().double()  # (S, T, T)
     rows = torch.einsum("sij,bj->bsi", C, valid)  # r_bi = Σ_j C_ij m_bj
     weight = (valid[:, None, :, None] * valid[:, None, None, :]) / rows.clamp_min(1e-300)[..., None]  # (B, S, T, T)
     weight = weight * (C > 0)  # C ≥ 0 here: 0 outside the band and on all-zero rows
-    return C, weight, C * weight
+    return weight, C * weight
 
 
 def constant_gradient(layer, captured, i, mask):
@@ -189,7 +190,7 @@ def constant_gradient(layer, captured, i, mask):
     S = layer.constant_matrices.shape[0]
     g = captured[("g_out", i)].double().view(B, T, H, -1)[:, :, H - S:]  # (B, T, S, d)
     V = captured[("V", i)].double()[:, :, H - S:] * mask.double()[:, :, None, None]  # (B, T, S, d)
-    C, weight, N = normalized_constants(layer, mask)  # (S, T, T), (B, S, T, T) twice
+    weight, N = normalized_constants(layer, mask)  # (B, S, T, T) each
     keep = captured[("keep", i)].double()[:, H - S:] if ("keep", i) in captured else 1.0  # (B, S, T, T)
     G = keep * torch.einsum("bisd,bjsd->bsij", g, V)  # (B, S, T, T)
     G_terms = keep * torch.einsum("bisd,bjsd->bsij", g.abs(), V.abs())  # Σ_d |terms| of G: a matmul's rounding bound
@@ -211,7 +212,7 @@ def lambda_gradient(layer, captured, i, mask):
     g = captured[("g_out", i)].double().view(B, T, H, -1)  # (B, T, H, d)
     A = captured[("A", i)].double()  # (B, T, H, d)
     V = captured[("V", i)].double() * mask.double()[:, :, None, None]  # (B, T, H, d)
-    _, _, N = normalized_constants(layer, mask)  # (B, H, T, T)
+    _, N = normalized_constants(layer, mask)  # (B, H, T, T)
     C_out = torch.einsum("bhtj,bjhd->bthd", N, V)
     C_terms = torch.einsum("bhtj,bjhd->bthd", N, V.abs())
     slope = torch.sigmoid(layer.lambdas.detach().double())
