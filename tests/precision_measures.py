@@ -143,7 +143,7 @@ def lambda_and_value_cancellation(model, ids, mask):
         return classifier_logits(model, ids, mask)
 
     for i, output in enumerate(outputs):  # A and C of layer i, on the input the λ = 0 model gives it
-        for key, lam in (("A", 60.0), ("C", -60.0)):
+        for key, lam in (("out, all dynamic", 60.0), ("out, all constant", -60.0)):  # not record_layer_tensors' keys
             handle = output.register_forward_pre_hook(lambda module, args, key=key: captured.__setitem__((key, i), args[0]))
             forward(lam, i)
             handle.remove()
@@ -154,7 +154,8 @@ def lambda_and_value_cancellation(model, ids, mask):
     result = []
     for i in range(len(layers)):
         B, T = ids.shape
-        g_out, A, C = (captured[(k, i)].view(B, T, H, -1) for k in ("g_out", "A", "C"))  # (B, T, H, d) each
+        g_out, A, C = (captured[(k, i)].view(B, T, H, -1)
+                       for k in ("g_out", "out, all dynamic", "out, all constant"))  # (B, T, H, d) each
         # with A and C each rounded before their difference, the sum is Σ g·A − Σ g·C, of terms g·A and g·C
         rounded = ((g_out.abs() * (A.abs() + C.abs())).sum((0, 1, 3)).norm()
                    / (g_out * (A - C)).sum((0, 1, 3)).norm()).item()
