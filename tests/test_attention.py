@@ -192,6 +192,24 @@ def test_constant_output_helper_matches_materialised_probabilities():
         assert_close(got, expected, rtol=1e-5, atol=1e-5)
 
 
+def test_float64_constants_are_normalised_in_float64():
+    """The sums and divisions run in float32 for lower precisions; float64 inputs (a reference's) stay float64."""
+    g = torch.Generator().manual_seed(1)
+    constant = torch.rand(H, T, T, generator=g, dtype=torch.float64)
+    constant[1, 2] = 0
+    values = torch.randn(3, T, H, 4, generator=g, dtype=torch.float64)
+    valid = torch.ones(3, T, dtype=torch.float64)
+    valid[1, T - 3:] = 0
+    expected = torch.tensor(np.stack([[numpy_norm(constant[h].numpy(), valid[b].numpy()) for h in range(H)]
+                                      for b in range(3)]))  # (B, H, T, T)
+    assert_close(normalized_constant(constant, valid), expected, rtol=1e-13, atol=1e-16)
+    want = torch.einsum("bhij,bjhd->bihd", expected, values)
+    for grad in (False, True):  # the out= writes, and the autograd form
+        got = constant_attention_output(constant, values.clone().requires_grad_(grad), valid)
+        assert got.dtype == torch.float64
+        assert_close(got, want, rtol=1e-12, atol=1e-14)
+
+
 def test_gradients_reach_constants_and_lambdas():
     model = papa.patch_model(tiny_model("bert", "sdpa"), random_constants(), mix_all_heads=True).train()
     ids, mask = padded_batch("bert")

@@ -201,6 +201,40 @@ def test_pruned_parameter_counts_and_all_constant_layers_skip_qk(name):
     assert calls == []
 
 
+@pytest.mark.parametrize("name", ALL_FAMILIES)
+def test_pruned_projections_keep_their_trainability(name):
+    """prune_linear_layer makes every parameter it builds trainable; a frozen encoder's pruned Q/K (and position)
+    projections must stay frozen, and a trainable one's trainable (only PAPA's own parameters are new)."""
+    for trainable in (False, True):
+        model = tiny_family_model(name).requires_grad_(trainable)
+        papa.patch_model(model, random_constants(), static_heads=[[0, 1], [2, 0], [2, 1], [2, 2], [2, 3]])
+        changed = [n for n, p in model.named_parameters()
+                   if p.requires_grad != trainable and "constant_matrices" not in n]
+        assert changed == []
+
+
+def test_a_bert_configured_as_a_decoder_is_a_clear_error():
+    """The BERT-like adapters know no causal band: their constant heads would attend to later tokens."""
+    from transformers import BertConfig, BertModel
+
+    model = BertModel(BertConfig(vocab_size=50, hidden_size=16, num_hidden_layers=L, num_attention_heads=H,
+                                 intermediate_size=16, is_decoder=True))
+    with pytest.raises(PapaError, match="is_decoder"):
+        papa.patch_model(model, random_constants(), static_heads=[[0, 0]])
+    assert not any(isinstance(m, papa.families.PapaAttention) for m in attention_modules(model))  # left as it was
+
+
+def test_laying_the_heads_out_twice_is_a_clear_error():
+    """A second permutation would pair the pruned queries and keys with another head's values."""
+    from papa.attention import reorder_heads
+
+    model = papa.patch_model(tiny_model("bert"), random_constants(), static_heads=[[0, 0], [0, 2]])
+    with pytest.raises(PapaError, match="laid out already"):
+        reorder_heads(model)
+    with pytest.raises(PapaError, match="not PAPA-patched"):
+        reorder_heads(tiny_model("bert"))
+
+
 def test_modernbert_constant_heads_stay_inside_the_sliding_window():
     model = papa.patch_model(tiny_model("modernbert"), torch.ones(L, H, T, T), static_heads=all_heads())
     ids, mask = padded_batch("modernbert")

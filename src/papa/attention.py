@@ -141,6 +141,10 @@ def patch_model(model, constant_matrices=None, static_heads=None, mix_all_heads=
     layers = attention_modules(model)
     if any(isinstance(module, PapaAttention) for module in layers):
         raise PapaError("this model is already PAPA-patched; load a fresh model to patch it again")
+    if not family.causal and any(getattr(module, "is_causal", False) for module in layers):
+        # its constant heads would attend to later tokens: the encoder adapters know no causal band
+        raise PapaError(f"this {model.config.model_type} model is configured as a decoder (is_decoder=True), and PAPA "
+                        "patches this family as an encoder: load it with is_decoder=False (the default)")
     config = model.config
     num_layers, num_heads = config.num_hidden_layers, config.num_attention_heads
     num_kv_heads = getattr(config, "num_key_value_heads", None)
@@ -192,7 +196,14 @@ def patch_model(model, constant_matrices=None, static_heads=None, mix_all_heads=
 
 def reorder_heads(model):
     """Lay out the heads of a model patched with `reorder=False` once its stock-layout weights are loaded."""
-    for module, projection in zip(attention_modules(model), family_for(model).output_projections(model.base_model)):
+    layers = attention_modules(model)
+    if not all(isinstance(module, PapaAttention) for module in layers):
+        raise PapaError("this model is not PAPA-patched: patch it with patch_model(..., reorder=False) first")
+    if not all(module.papa_layout_pending for module in layers):
+        # a second permutation would pair the pruned queries and keys with another head's values
+        raise PapaError("this model's heads are laid out already (patch_model does it unless reorder=False): call "
+                        "reorder_heads once, on a model patched with reorder=False, after loading its weights")
+    for module, projection in zip(layers, family_for(model).output_projections(model.base_model)):
         module.papa_reorder_heads(projection)
     model.config.papa["head_layout"] = HEAD_LAYOUT
     return model

@@ -10,11 +10,12 @@ further (ModernBERT's sliding-window layers) multiplies C by its band B[i, j] = 
 attended from i, so the constant head stays inside the window: norm(C⊙B). The band is the same
 for every example, so callers fold it into C and these functions only see the padding.
 
-Precision: the row sums Σ_j |X·P|_ij and the division by them are computed in float32 whatever the
-input's dtype, and the result rounded back once. In float16 the original's eps (1e-12) underflows
-to 0, so an all-zero row (every real `avgs.pt` has them: positions no training example reaches)
-became 0/0 = NaN, and NaN·0 spread it to every position of the next layer. Here an all-zero row
-stays exactly zero in every precision, as F.normalize keeps it (`row_divisor`).
+Precision: the row sums Σ_j |X·P|_ij and the division by them are computed in float32 for any input
+of fewer bits (float64 stays float64: `reduction_dtype`), and the result rounded back once. In
+float16 the original's eps (1e-12) underflows to 0, so an all-zero row (every real `avgs.pt` has
+them: positions no training example reaches) became 0/0 = NaN, and NaN·0 spread it to every
+position of the next layer. Here an all-zero row stays exactly zero in every precision, as
+F.normalize keeps it (`row_divisor`).
 """
 
 import torch
@@ -30,15 +31,20 @@ def in_place_ok(*tensors):
     return not (torch.is_grad_enabled() and any(t.requires_grad for t in tensors))
 
 
+def reduction_dtype(dtype):
+    """Where norm(·)'s row sums and divisions run: float32, or float64 for float64 inputs."""
+    return torch.promote_types(dtype, torch.float32)
+
+
 def row_divisor(row_sums):
-    """max(row sums, eps) in float32, +inf where a row is all zero.
+    """max(row sums, eps) in float32 (float64 for float64), +inf where a row is all zero.
 
     x / row_divisor(Σ_j |x_ij|) is F.normalize(x, p=1)'s value in every row (an all-zero row stays exactly 0);
     the +inf makes the gradient of an all-zero row 0 rather than F.normalize's upstream / 1e-12 (1e12 times the
     upstream gradient: in float16 that is inf, and inf · 0 from the padding pattern is NaN). Such rows are the
     query positions no training example reached, so no training step of the original ever saw that gradient.
     """
-    row_sums = row_sums.float()
+    row_sums = row_sums.to(reduction_dtype(row_sums.dtype))
     return torch.where(row_sums > 0, row_sums.clamp_min(NORM_EPS), torch.inf)
 
 
@@ -56,8 +62,9 @@ def padding_pattern(valid):
 
 
 def l1_normalize(x):
-    """x / max(Σ_j |x_ij|, eps) along the last dim (F.normalize(p=1)), divided in float32, in x's dtype."""
-    return (x / row_divisor(x.abs().sum(-1, keepdim=True, dtype=torch.float32))).to(x.dtype)
+    """x / max(Σ_j |x_ij|, eps) along the last dim (F.normalize(p=1)), divided in float32 (float64 for float64),
+    in x's dtype."""
+    return (x / row_divisor(x.abs().sum(-1, keepdim=True, dtype=reduction_dtype(x.dtype)))).to(x.dtype)
 
 
 def normalize_rows(probs, valid):
@@ -75,14 +82,16 @@ def normalized_constant(constant, valid):
 
 
 def row_scale(constant, valid):
-    """m_i / max(Σ_j |C_ij| m_j, eps) in float32: (H, T, B), or (H, T, 1) without padding (valid None).
+    """m_i / max(Σ_j |C_ij| m_j, eps) in float32 (float64 for float64 constants): (H, T, B), or (H, T, 1) without
+    padding (valid None).
 
     The factor that turns the rows of C·P into those of norm(C·P); 0 on padded and all-zero rows.
     """
+    dtype = reduction_dtype(constant.dtype)
     if valid is None:
-        return 1 / row_divisor(constant.abs().sum(-1, dtype=torch.float32))[:, :, None]  # (H, T, 1)
-    valid_t = valid.t().float()  # (T, B)
-    return valid_t / row_divisor(torch.matmul(constant.abs().float(), valid_t))  # (H, T, B)
+        return 1 / row_divisor(constant.abs().sum(-1, dtype=dtype))[:, :, None]  # (H, T, 1)
+    valid_t = valid.t().to(dtype)  # (T, B)
+    return valid_t / row_divisor(torch.matmul(constant.abs().to(dtype), valid_t))  # (H, T, B)
 
 
 def constant_attention_output(constant, values, valid, out=None):
@@ -93,8 +102,8 @@ def constant_attention_output(constant, values, valid, out=None):
     (H, T, T) @ (H, T, B·d) batched matmul serves the whole batch. Without autograd the masking
     and the scaling write straight into the layouts the matmul and the caller want (out=), which
     saves two copies of V per layer on CPU; `out`, if given, is a (B, T, H, d) view to fill.
-    The matmul runs in the values' dtype; the row sums, their reciprocals and the scaling in float32.
-    """
+    The matmul runs in the values' dtype; the row sums, their reciprocals and the scaling in float32
+    (`reduction_dtype`)."""
     B, T, H, d = values.shape
     scale = row_scale(constant, valid)  # (H, T, B) or (H, T, 1)
     valid_t = None if valid is None else valid.t()  # (T, B)

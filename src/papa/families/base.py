@@ -201,6 +201,7 @@ class PapaAttention:
         """
         order = self.dynamic_heads + self.static_heads if not self.mix_all_heads else []
         self.papa_head_order = None if order == sorted(order) else order
+        self._papa_inverse = None  # papa_stock_order's cache belongs to the order
         self.papa_layout_pending = False
         if self.papa_head_order is None:
             return

@@ -15,6 +15,14 @@ def head_rows(heads, head_size, offset=0, stride=None):
     return torch.cat([torch.arange(offset + h * stride, offset + h * stride + head_size) for h in heads])
 
 
+def trainable_as(pruned, stock):
+    """`pruned` with each of its own parameters' requires_grad set as `stock`'s: a frozen projection stays frozen
+    (prune_linear_layer makes every parameter trainable), a trainable one stays trainable."""
+    for name, param in pruned.named_parameters(recurse=False):
+        param.requires_grad_(getattr(stock, name).requires_grad)
+    return pruned
+
+
 def keep_rows(linear, rows):
     """`linear` with only the output rows `rows`, in that order (a 0-row Linear when none remain)."""
     if rows.numel() == 0:
@@ -22,9 +30,9 @@ def keep_rows(linear, rows):
             warnings.simplefilter("ignore", UserWarning)
             empty = nn.Linear(linear.in_features, 0, bias=linear.bias is not None,
                               device=linear.weight.device, dtype=linear.weight.dtype)
-        return empty.requires_grad_(linear.weight.requires_grad)
+        return trainable_as(empty, linear)
     # prune_linear_layer builds a float32 Linear: keep the model's dtype (a model cast to fp16/bf16 before patching)
-    return prune_linear_layer(linear, rows.to(linear.weight.device)).to(linear.weight.dtype)
+    return trainable_as(prune_linear_layer(linear, rows.to(linear.weight.device)).to(linear.weight.dtype), linear)
 
 
 def keep_conv1d_outputs(conv, outputs):
@@ -34,7 +42,7 @@ def keep_conv1d_outputs(conv, outputs):
     with torch.no_grad():
         pruned.weight.copy_(conv.weight.index_select(1, outputs))
         pruned.bias.copy_(conv.bias.index_select(0, outputs))
-    return pruned.requires_grad_(conv.weight.requires_grad)
+    return trainable_as(pruned, conv)
 
 
 def input_dim(projection):
