@@ -38,9 +38,10 @@ def modernize_argv(argv):
 
 @dataclass
 class ModelArguments:
-    model_name_or_path: str | None = field(
-        default=None, metadata={"help": "HF model name or folder (any supported family: BERT, RoBERTa, XLM-R, CamemBERT, ELECTRA, DeBERTa v1/v2/v3, ModernBERT). Default: the bundled all-MiniLM-L6-v2."}
-    )
+    model_name_or_path: str | None = field(default=None, metadata={
+        "help": "HF model name or folder, of any supported family: the encoders BERT, RoBERTa, XLM-R, CamemBERT, "
+                "ELECTRA, DeBERTa v1/v2/v3, ModernBERT and the decoders GPT-2, Llama, Mistral, Qwen2, Qwen3, Gemma2, "
+                "Gemma3 (text), Granite, SmolLM3. Default: the bundled all-MiniLM-L6-v2."})
     config_name: str | None = field(default=None, metadata={"help": "Config name or folder, if not the model's."})
     tokenizer_name: str | None = field(default=None, metadata={"help": "Tokenizer name or folder, if not the model's."})
     cache_dir: str | None = field(default=None, metadata={"help": "Where to cache models and datasets from the hub."})
@@ -128,7 +129,9 @@ class DataArguments:
     max_train_samples: int | None = field(default=None, metadata={"help": "Use only the first N training examples."})
     max_eval_samples: int | None = field(default=None, metadata={"help": "Use only the first N validation examples."})
     max_predict_samples: int | None = field(default=None, metadata={"help": "Predict only the first N test examples."})
-    overwrite_cache: bool = field(default=False, metadata={"help": "Re-run tokenisation instead of using the datasets cache."})
+    overwrite_cache: bool = field(default=False, metadata={
+        "help": "Tokenise again and replace the entries of the tokenised-split cache (PAPA_TOKENIZED_CACHE, the "
+                "sweep's tokenized/); the scripts run alone do not cache, so there it changes nothing."})
     preprocessing_num_workers: int | None = field(default=None, metadata={"help": "Processes that tokenise the data."})
     original_token_types: bool = field(default=False, metadata={"help": ORIGINAL_TYPES_HELP})
     label_all_tokens: bool = field(

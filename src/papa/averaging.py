@@ -213,7 +213,7 @@ def recording(encoder, averager, valid_of_batch, mean_outputs):
 @torch.no_grad()
 def accumulate_attention(model, batches, seq_len, device="cpu", progress=None, mean_outputs=False,
                          autocast_dtype=None):
-    """Run `model` (any supported encoder, stock or PAPA-patched) over `batches` in eval mode and
+    """Run `model` (any supported family, encoder or decoder, stock or PAPA-patched) over `batches` in eval mode and
     average its attention (and, with `mean_outputs`, its heads' outputs).
 
     batches yield dicts with input_ids, attention_mask (and token_type_ids); every batch must be
