@@ -164,6 +164,54 @@ def test_mode_and_model_errors(expect_error, tmp_path, cola_dir):
                  r"model types bert, roberta.*'opt'")
 
 
+def test_values_out_of_range_stop_before_any_work(expect_error, capsys, monkeypatch, tmp_path, cola_dir):
+    """What would otherwise fail deep inside the Trainer or numpy, after the averaging pass, or run zero steps."""
+    avgs = ["run_papa_glue_avgs_creator.py", "--task_name", "cola", "--data_dir", cola_dir, "--max_length", "16"]
+    expect_error("run_papa_glue.py", probing_args(cola_dir, "--seed", "-1"), r"--seed must be between 0 and 4294967295")
+    expect_error(avgs[0], avgs[1:] + ["--seed", str(2**32)], r"--seed must be between 0 and 4294967295")
+    expect_error("run_papa_glue.py", probing_args(cola_dir, "--per_device_eval_batch_size", "0"),
+                 r"--per_device_eval_batch_size must be positive")
+    expect_error("run_papa_glue.py", probing_args(cola_dir, "--num_train_epochs", "0"),
+                 r"--num_train_epochs must be positive")
+    a_file = tmp_path / "a_file"
+    a_file.write_text("not a folder")
+    for script, args in (("run_papa_glue.py", probing_args(cola_dir)), (avgs[0], avgs[1:])):
+        for out in (a_file, a_file / "below"):
+            code, err = run_script(script, args + ["--output_dir", out], capsys, monkeypatch)
+            assert code == 2 and "Traceback" not in err, err
+            assert f"error: --output_dir {out}: {a_file} is a file, not a folder; pass a folder" in err
+    assert a_file.read_text() == "not a folder"
+
+
+def test_resuming_a_checkpoint_of_other_heads_is_a_clear_error(capsys, monkeypatch, tmp_path, cola_dir):
+    """The original README's loop over k reuses one --output_dir: a checkpoint left by k = 3 must not be resumed
+    into k = 0 (its pruned Q/K do not fit); the same k resumes."""
+    avgs = write_avgs(tmp_path / "avgs", torch.rand(L, H, 16, 16))
+    sort = tmp_path / "sort"
+    sort.mkdir()
+    (sort / "sorted_heads.json").write_text(json.dumps([[0, h] for h in range(H)]))
+    out = tmp_path / "out"
+
+    def run(k):  # (exit status, stderr); a run that succeeds returns without SystemExit
+        args = probing_args(cola_dir, "--static_heads_dir", avgs, "--sorting_heads_dir", sort, "--static_heads_num", k,
+                            "--max_train_samples", "8", "--max_eval_samples", "8", "--per_device_train_batch_size",
+                            "4", "--num_train_epochs", "1", "--output_dir", out)
+        monkeypatch.setattr(sys, "argv", [str(SCRIPTS / "run_papa_glue.py")] + [str(a) for a in args])
+        try:
+            runpy.run_path(str(SCRIPTS / "run_papa_glue.py"), run_name="__main__")
+        except SystemExit as exit_info:
+            return exit_info.code, capsys.readouterr().err
+        return 0, capsys.readouterr().err
+
+    assert run(3)[0] in (0, None)
+    assert any(p.name.startswith("checkpoint-") for p in out.iterdir())
+    code, err = run(0)
+    assert code == 2 and "Traceback" not in err, err
+    assert re.search(r"error: the checkpoint .*checkpoint-\d+ does not fit this model \(.*constant_matrices"
+                     r".*--static_heads_num; pass another --output_dir", err)
+    assert run(3)[0] in (0, None)  # the same configuration resumes
+
+
 def test_debug_shows_the_traceback(capsys, monkeypatch, tmp_path):
     monkeypatch.setenv("PAPA_DEBUG", "1")
     monkeypatch.setattr(sys, "argv", ["x", "--task_name", "nope", "--output_dir", str(tmp_path)])

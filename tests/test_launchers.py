@@ -145,6 +145,16 @@ def test_slurm_without_sbatch_is_one_clear_error(tmp_path):
     assert not (tmp_path / "out").exists()
 
 
+def test_a_job_slurm_refuses_is_one_clear_error(slurm_cluster, tiny_bert, tmp_path):  # noqa: F811
+    """sbatch refusing the first stage's job (a partition this cluster lacks) is a clear message, not submitit's
+    traceback."""
+    proc = run_command(script("run_papa_sweep.py") + ["--output_dir", tmp_path / "out", "--model_name_or_path",
+                                                      tiny_bert, *SWEEP, "--launcher", "slurm", "--slurm_partition",
+                                                      "no_such_partition"], check=False)
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr
+    assert re.search(r"error: Slurm refused the job \(.*partition.*\); check --slurm_partition", proc.stderr)
+
+
 # ----------------------------------------------------------------------------- end to end
 
 

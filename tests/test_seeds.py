@@ -56,6 +56,9 @@ def test_rank_per_seed(tmp_path):
     (["--rank_per_seed"], "--rank_per_seed ranks per seed of --seeds"),
     (["--seeds"], "expected at least one argument"),
     (["--bootstrap_samples", "0"], "--bootstrap_samples"),
+    (["--seeds", "1", "-1"], "--seeds must be between 0 and 4294967295; got -1"),
+    (["--seed", str(2**32)], "--seed must be between 0 and 4294967295"),
+    (["--output_dir", __file__], "is a file, not a folder"),
 ])
 def test_bad_seed_flags(argv, message):
     with pytest.raises(PapaError, match=message):

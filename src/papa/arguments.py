@@ -16,7 +16,7 @@ from typing import Literal
 
 from transformers import HfArgumentParser, TrainingArguments
 
-from .errors import PapaError, check_positive
+from .errors import PapaError, check_positive, check_seed, check_writable_folder
 from .io import load_json_object
 from .modeling import training_mode
 
@@ -154,6 +154,17 @@ class PapaTrainingArguments(TrainingArguments):
     overwrite_output_dir: bool = field(default=False, metadata={
         "help": "Train from scratch in a non-empty --output_dir instead of stopping (or resuming its last checkpoint)."})
 
+    def __post_init__(self):
+        super().__post_init__()
+        # what would otherwise fail deep inside the Trainer, or run zero steps and write an untrained result
+        check_seed(self.seed, "--seed")
+        for flag in ("per_device_train_batch_size", "per_device_eval_batch_size"):
+            check_positive(getattr(self, flag), f"--{flag}")
+        if self.do_train and self.max_steps <= 0:
+            check_positive(self.num_train_epochs, "--num_train_epochs")
+        if self.output_dir:
+            check_writable_folder(self.output_dir, "--output_dir")
+
 
 @dataclass
 class AveragingArguments:
@@ -207,6 +218,8 @@ class AveragingArguments:
             raise PapaError(f"--mixed_precision must be one of {', '.join(MIXED_PRECISIONS)}; got {self.mixed_precision!r}")
         for flag in ("max_length", "per_device_train_batch_size", "max_train_samples", "preprocessing_num_workers"):
             check_positive(getattr(self, flag), f"--{flag}")
+        check_seed(self.seed, "--seed")
+        check_writable_folder(self.output_dir, "--output_dir")  # now, not after the averaging pass
 
 
 MIXED_PRECISIONS = ("no", "fp16", "bf16")

@@ -38,8 +38,9 @@ def _load_tensor(source, default_name, what, producer):
         raise PapaError(f"{what} not found: {path} does not exist ({producer})")
     try:
         tensor = torch.load(path, map_location="cpu", weights_only=True)
-    except Exception as err:
-        raise PapaError(f"{path} is not a readable tensor file ({type(err).__name__}: {err})") from None
+    except Exception as err:  # torch's own message runs to many lines of advice that does not apply here
+        detail = (str(err).strip().splitlines() or [""])[0][:160]
+        raise PapaError(f"{path} is not a readable tensor file ({type(err).__name__}: {detail}); {producer}") from None
     if not isinstance(tensor, torch.Tensor):
         raise PapaError(f"{path} holds a {type(tensor).__name__}, not a [layers, heads, ...] tensor")
     return tensor, f"the {what} in {path}"

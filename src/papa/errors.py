@@ -21,6 +21,29 @@ def check_positive(value, flag):
     return value
 
 
+SEED_LIMIT = 2**32  # numpy's seeds, which HF's set_seed sets too: 0 ≤ seed < 2**32
+
+
+def check_seed(value, flag):
+    """`value` unchanged if it is a seed numpy accepts; else a PapaError naming `flag`."""
+    if not 0 <= value < SEED_LIMIT:
+        raise PapaError(f"{flag} must be between 0 and {SEED_LIMIT - 1}; got {value}")
+    return value
+
+
+def check_writable_folder(path, flag):
+    """`path` unchanged if it is, or can be made, a folder to write in: else a PapaError naming `flag`, before any
+    work is done (the path is a file, lies under a file, or its nearest existing folder is not writable)."""
+    existing = os.path.abspath(path)
+    while not os.path.exists(existing) and os.path.dirname(existing) != existing:
+        existing = os.path.dirname(existing)
+    if not os.path.isdir(existing):
+        raise PapaError(f"{flag} {path}: {existing} is a file, not a folder; pass a folder")
+    if not os.access(existing, os.W_OK | os.X_OK):
+        raise PapaError(f"{flag} {path}: {existing} is not writable; pass a folder you can write in")
+    return path
+
+
 TRACEBACK_FLAG = "--traceback"
 
 

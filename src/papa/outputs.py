@@ -50,6 +50,29 @@ def checkpoint_to_resume(training_args):
     return resume or last
 
 
+PAPA_PARAMETERS = ("constant_matrices", "lambdas", "mean_outputs")
+
+
+def check_checkpoint_matches(checkpoint, model):
+    """A clear error before resuming `checkpoint` into a model patched otherwise (other heads replaced, another mode
+    or T, another model): its tensors would not fit. The original README's loop over k reuses one --output_dir."""
+    path = os.path.join(checkpoint or "", "model.safetensors")
+    if checkpoint is None or not os.path.isfile(path):
+        return  # nothing to resume, or another format, whose own loading reports a mismatch
+    from safetensors import safe_open
+
+    ours = {name: tuple(tensor.shape) for name, tensor in model.state_dict().items()}
+    with safe_open(path, "pt") as saved:
+        shapes = {name: tuple(saved.get_slice(name).get_shape()) for name in saved.keys()}
+    differing = [name for name in shapes if name in ours and shapes[name] != ours[name]]
+    differing += [name for name in set(shapes) ^ set(ours) if name.endswith(PAPA_PARAMETERS)]
+    if differing:
+        raise PapaError(f"the checkpoint {checkpoint} does not fit this model ({sorted(differing)[0]} and "
+                        f"{len(differing) - 1} more differ): it was trained with other settings, e.g. another "
+                        "--static_heads_num; pass another --output_dir for this run, or --overwrite_output_dir to train "
+                        "from scratch")
+
+
 def predictions_of(trainer, dataset):
     """The model's outputs on `dataset` (logits, or the first of several outputs), and the PredictionOutput."""
     output = trainer.predict(dataset, metric_key_prefix="predict")

@@ -35,7 +35,8 @@ from .io import atomic_files, atomic_path
 from .lm_data import check_lm_flags, check_lm_run, lm_blocks, load_lm_texts
 from .metrics import block_nll, trainer_metrics
 from .modeling import build_model, check_task_head, save_papa_model, set_trainable, training_mode
-from .outputs import checkpoint_to_resume, save_results, write_sequence_predictions, write_token_predictions
+from .outputs import (check_checkpoint_matches, checkpoint_to_resume, save_results, write_sequence_predictions,
+                      write_token_predictions)
 from .predictions import predictions_file, write_eval_predictions
 from .pretrained import load_config_and_tokenizer
 from .ranking import check_static_heads_num, first_k_heads, load_sorted_heads, save_ranking
@@ -298,6 +299,9 @@ def run_probing(task, model_args, data_args, training_args):
     if task.kind == "lm":
         check_lm_run(mode, data_args.use_papa_preprocess, model_args.use_freeze_extract_pooler, training_args)
     splits = requested_splits(training_args)
+    if training_args.fp16 and training_args.device.type == "cpu":  # accelerate autocasts only bf16 on CPU
+        stage("note: with --fp16 on CPU the Trainer runs in float32 (docs/precision.md); "
+              "--bf16 --use_cpu true runs in bfloat16")
     checkpoint = checkpoint_to_resume(training_args)
     datasets, label_list = load_task_data(task, data_args, model_args.cache_dir, splits)
     path, config, tokenizer = load_config_and_tokenizer(
@@ -323,6 +327,8 @@ def run_probing(task, model_args, data_args, training_args):
                         heads.mix_all_heads, data_args.max_seq_length if model_args.use_freeze_extract_pooler else None,
                         model_args.cache_dir, mean_outputs=heads.mean_outputs)
     logger.info("trainable parameters: %s", ", ".join(set_trainable(model, mode)))
+    if training_args.do_train:
+        check_checkpoint_matches(checkpoint, model)
     trainer = make_trainer(task, model, tokenizer, label_list, pad, data["train"], data["eval"], data_args,
                            training_args)
 

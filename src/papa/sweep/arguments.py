@@ -5,7 +5,7 @@ know are passed through to the training runs."""
 from dataclasses import dataclass, field
 
 from ..arguments import SWEEP_CONTROLS, parse_dataclasses
-from ..errors import PapaError, check_positive
+from ..errors import PapaError, check_positive, check_seed, check_writable_folder
 
 
 @dataclass
@@ -106,10 +106,14 @@ class SweepArguments:
         if self.static_heads_nums is not None and not self.static_heads_nums:
             raise PapaError("--static_heads_nums needs at least one value")
         check_positive(self.bootstrap_samples, "--bootstrap_samples")
+        check_seed(self.seed, "--seed")
+        check_writable_folder(self.output_dir or "outputs", "--output_dir")  # the default lies under outputs/
         if self.seeds is not None:
             if not self.seeds:
                 raise PapaError("--seeds needs at least one value")
             self.seeds = list(dict.fromkeys(self.seeds))
+            for seed in self.seeds:
+                check_seed(seed, "--seeds")
         if self.rank_per_seed and self.seeds is None:
             raise PapaError("--rank_per_seed ranks per seed of --seeds: add --seeds S1 S2 ... or drop it")
         # a single value stays a plain string, as before the grid existed

@@ -124,7 +124,14 @@ class SlurmLauncher:
         overrides["OMP_NUM_THREADS"] = str(max(1, self.cpus_per_stage // max(1, self.nproc_per_node)))
         sweep = f"{task.sweep.replace(' x ', '-')}-" if task.sweep else ""
         self.executor.update_parameters(job_name=f"papa-{sweep}{task.stage.name}".replace(" ", "_"))
-        job = self.executor.submit(run_in_slurm_job, task.stage, task.output_dir, overrides, self.nproc_per_node)
+        from submitit.core.utils import FailedJobError
+
+        try:
+            job = self.executor.submit(run_in_slurm_job, task.stage, task.output_dir, overrides, self.nproc_per_node)
+        except FailedJobError as err:  # sbatch refused it: a partition, account or time limit this cluster lacks
+            reason = next((line for line in str(err).splitlines() if "error" in line.lower()), str(err).strip())
+            raise PapaError(f"Slurm refused the job ({reason.strip()}); check --slurm_partition (`sinfo` lists them), "
+                            "--slurm_time_min and --slurm_additional_parameters") from None
         handle = {"job_id": job.job_id, "command": task.stage.command, "submitted": utc_now(),
                   "slurm_log": str(job.paths.stderr)}
         os.makedirs(os.path.dirname(tracking), exist_ok=True)
