@@ -150,6 +150,8 @@ def test_mode_and_model_errors(expect_error, tmp_path, cola_dir):
                                       "--sort_calculating", "true", "--static_heads_dir", avgs], r"add --do_train")
     expect_error("run_papa_glue.py", ["--task_name", "cola", "--data_dir", cola_dir], r"--do_train")
     expect_error("run_papa_glue.py", probing_args(cola_dir, "--not_a_flag", "1"), r"not_a_flag")
+    expect_error("run_papa_glue.py", probing_args(cola_dir, "--model_name_or_path", tmp_path / "no_model"),
+                 r"no_model'?: there is no such folder; pass a model folder or a hub name")
     expect_error("run_papa_glue.py", probing_args(cola_dir, "--max_train_samples", "0"), r"--max_train_samples must be positive")
     expect_error("run_papa_glue_avgs_creator.py", ["--task_name", "cola", "--data_dir", cola_dir, "--max_length", "0"],
                  r"--max_length must be positive")

@@ -43,6 +43,9 @@ def model_folder(path, revision="main", token=None, cache_dir=None):
 
 
 def _load(what, loader, name, **kwargs):
+    if str(name).startswith(("/", "./", "../", "~")) and not os.path.exists(os.path.expanduser(name)):
+        # a path, not a hub id (those never start so): say so, rather than the hub's "Repo id must be in the form"
+        raise PapaError(f"cannot load {what} {name!r}: there is no such folder; pass a model folder or a hub name")
     try:
         return loader(name, **kwargs)
     except (OSError, ValueError) as err:
