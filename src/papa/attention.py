@@ -142,11 +142,11 @@ def patch_model(model, constant_matrices=None, static_heads=None, mix_all_heads=
     layers = attention_modules(model)
     if any(isinstance(module, PapaAttention) for module in layers):
         raise PapaError("this model is already PAPA-patched; load a fresh model to patch it again")
+    config = model.config
     if not family.causal and any(getattr(module, "is_causal", False) for module in layers):
         # its constant heads would attend to later tokens: the encoder adapters know no causal band
-        raise PapaError(f"this {model.config.model_type} model is configured as a decoder (is_decoder=True), and PAPA "
+        raise PapaError(f"this {config.model_type} model is configured as a decoder (is_decoder=True), and PAPA "
                         "patches this family as an encoder: load it with is_decoder=False (the default)")
-    config = model.config
     num_layers, num_heads = config.num_hidden_layers, config.num_attention_heads
     num_kv_heads = getattr(config, "num_key_value_heads", None)
     if (constant_matrices is None) == (mean_outputs is None):

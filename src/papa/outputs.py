@@ -5,7 +5,8 @@
   score with 3 decimals for regression; MNLI also `predict_results_mnli-mm.txt`), or `predictions.txt`
   (token tasks: each sentence's predicted tags, space-separated) and `predict_results.json`;
 - the output-directory guard: a non-empty --output_dir without a checkpoint stops a training run,
-  one with a checkpoint is resumed from the last one (--overwrite_output_dir skips both).
+  one with a checkpoint is resumed from the last one if its tensors fit the model (--overwrite_output_dir
+  skips all of it).
 
 Everything is written atomically (papa.io) by the main process only.
 """
@@ -56,9 +57,11 @@ PAPA_PARAMETERS = ("constant_matrices", "lambdas", "mean_outputs")
 def check_checkpoint_matches(checkpoint, model):
     """A clear error before resuming `checkpoint` into a model patched otherwise (other heads replaced, another mode
     or T, another model): its tensors would not fit. The original README's loop over k reuses one --output_dir."""
-    path = os.path.join(checkpoint or "", "model.safetensors")
-    if checkpoint is None or not os.path.isfile(path):
-        return  # nothing to resume, or another format, whose own loading reports a mismatch
+    if checkpoint is None:
+        return
+    path = os.path.join(checkpoint, "model.safetensors")
+    if not os.path.isfile(path):
+        return  # another format, whose own loading reports a mismatch
     from safetensors import safe_open
 
     ours = {name: tuple(tensor.shape) for name, tensor in model.state_dict().items()}
@@ -67,10 +70,10 @@ def check_checkpoint_matches(checkpoint, model):
     differing = [name for name in shapes if name in ours and shapes[name] != ours[name]]
     differing += [name for name in set(shapes) ^ set(ours) if name.endswith(PAPA_PARAMETERS)]
     if differing:
-        raise PapaError(f"the checkpoint {checkpoint} does not fit this model ({sorted(differing)[0]} and "
-                        f"{len(differing) - 1} more differ): it was trained with other settings, e.g. another "
-                        "--static_heads_num; pass another --output_dir for this run, or --overwrite_output_dir to train "
-                        "from scratch")
+        more = f" and {len(differing) - 1} more" if len(differing) > 1 else ""
+        raise PapaError(f"the checkpoint {checkpoint} does not fit this model ({sorted(differing)[0]}{more} differ): it "
+                        "was trained with other settings, e.g. another --static_heads_num; pass another --output_dir "
+                        "for this run, or --overwrite_output_dir to train from scratch")
 
 
 def predictions_of(trainer, dataset):
