@@ -16,7 +16,7 @@ from typing import Literal
 
 from transformers import HfArgumentParser, TrainingArguments
 
-from .errors import PapaError, check_positive, check_seed, check_writable_folder
+from .errors import PapaError, check_positive, check_seed, check_writable_folder, first_line
 from .io import load_json_object
 from .modeling import training_mode
 
@@ -286,7 +286,7 @@ def parse_dataclasses(types, argv, remaining=False, **parser_kwargs):
     except argparse.ArgumentError as err:  # a bad value, or a flag without its value
         raise PapaError(str(err)) from None
     except ValueError as err:  # unknown flags, and TrainingArguments' own consistency checks
-        raise PapaError(str(err).strip().splitlines()[0]) from None
+        raise PapaError(first_line(err)) from None
 
 
 def parse_training_args(argv):

@@ -22,7 +22,7 @@ from torch import nn
 
 from .constant_math import constant_attention_output, normalized_constant  # noqa: F401  (public math)
 from .families import PapaAttention, attention_modules, family_for
-from .errors import PapaError
+from .errors import PapaError, first_line
 
 HEAD_LAYOUT = "dynamic_first"  # config.papa["head_layout"] of models patched by this version
 
@@ -39,8 +39,8 @@ def _load_tensor(source, default_name, what, producer):
     try:
         tensor = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as err:  # torch's own message runs to many lines of advice that does not apply here
-        detail = (str(err).strip().splitlines() or [""])[0][:160]
-        raise PapaError(f"{path} is not a readable tensor file ({type(err).__name__}: {detail}); {producer}") from None
+        raise PapaError(f"{path} is not a readable tensor file ({type(err).__name__}: {first_line(err)[:160]}); "
+                        f"{producer}") from None
     if not isinstance(tensor, torch.Tensor):
         raise PapaError(f"{path} holds a {type(tensor).__name__}, not a [layers, heads, ...] tensor")
     return tensor, f"the {what} in {path}"

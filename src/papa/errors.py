@@ -21,6 +21,12 @@ def check_positive(value, flag):
     return value
 
 
+def first_line(message):
+    """The first non-empty line of a message, an exception's or any text ("" for none): libraries' messages run to
+    advice and detail that a one-line error does not need."""
+    return next((line.strip() for line in str(message).splitlines() if line.strip()), "")
+
+
 SEED_LIMIT = 2**32  # numpy's seeds, which HF's set_seed sets too: 0 ≤ seed < 2**32
 
 

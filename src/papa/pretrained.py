@@ -15,7 +15,7 @@ from transformers import AutoConfig, AutoTokenizer
 
 from .console import stage
 from .data import hub_is_offline
-from .errors import PapaError
+from .errors import PapaError, first_line
 from .families import FAMILIES, family_for
 from .modeling import default_model_path
 
@@ -38,7 +38,7 @@ def model_folder(path, revision="main", token=None, cache_dir=None):
                                  allow_patterns=SNAPSHOT_FILES)
     except Exception as err:  # offline, unknown revision, bad token
         raise PapaError(f"cannot fetch model {path!r} at revision {revision!r} from the hub "
-                        f"({type(err).__name__}: {str(err).splitlines()[0]}); pass a local folder as "
+                        f"({type(err).__name__}: {first_line(err)}); pass a local folder as "
                         f"--model_name_or_path") from None
 
 
@@ -50,7 +50,7 @@ def _load(what, loader, name, **kwargs):
         return loader(name, **kwargs)
     except (OSError, ValueError) as err:
         offline = hub_is_offline() and not os.path.isdir(name)
-        raise PapaError(f"cannot load {what} {name!r}: {str(err).splitlines()[0].rstrip('.')}"
+        raise PapaError(f"cannot load {what} {name!r}: {first_line(err).rstrip('.')}"
                         + ("; the hub is offline (HF_HUB_OFFLINE): pass a local folder" if offline else "")) from None
 
 
@@ -81,7 +81,7 @@ def load_config_and_tokenizer(model_name_or_path, cache_dir, task, label_list, m
         try:
             config = AutoConfig.for_model(model_type, **labels)
         except ValueError as err:
-            raise PapaError(f"--model_type {model_type!r}: {str(err).splitlines()[0]}") from None
+            raise PapaError(f"--model_type {model_type!r}: {first_line(err)}") from None
     try:
         family = family_for(config)
     except PapaError as err:

@@ -21,7 +21,7 @@ import time
 from dataclasses import dataclass
 
 from ..arguments import parse_training_args
-from ..errors import PapaError
+from ..errors import PapaError, first_line
 from ..io import save_json
 from ..modeling import default_model_path
 from ..tasks import KINDS
@@ -85,7 +85,7 @@ def model_heads(model_path, task=None):
     try:
         config = AutoConfig.from_pretrained(model_path)
     except (OSError, ValueError) as err:
-        raise PapaError(f"cannot load the config of model {model_path!r}: {str(err).splitlines()[0]}") from None
+        raise PapaError(f"cannot load the config of model {model_path!r}: {first_line(err)}") from None
     if task is not None and task.kind == "lm":
         from ..pretrained import check_lm_model
 

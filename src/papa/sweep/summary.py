@@ -25,6 +25,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ..errors import first_line
 from ..io import save_text
 from .controls import CONTROLS
 from .intervals import percentile_interval
@@ -190,7 +191,7 @@ def model_markdown(model, outcomes):
              "| --- | --- | ---: |" + " ---: |" * (len(header) - 3)]
     for o in outcomes:
         if o.results is None:
-            error = (o.error or "").splitlines()[0][:160]
+            error = first_line(o.error or "")[:160]
             lines.append(f"| {o.task.name} | failed: {error} |" + " |" * (len(header) - 2))
             continue
         n = o.results.eval_samples
