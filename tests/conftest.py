@@ -24,6 +24,13 @@ if os.environ.get("PYTEST_XDIST_WORKER"):
 
     torch.set_num_threads(1)
 
+# transformers' log handler keeps the sys.stderr of the moment it is made: make it now, while that is pytest's
+# session-long capture, not the capsys stream of the first test to import transformers (closed when that test ends:
+# a later warning would then print "--- Logging error ---" and a traceback into another test's stderr)
+import transformers.utils.logging  # noqa: E402
+
+transformers.utils.logging.get_logger("transformers")
+
 REPO = Path(__file__).resolve().parents[1]
 SCRIPTS = REPO / "papa_scripts"
 SHARED_DATA = REPO.parent / "shared" / "data"
