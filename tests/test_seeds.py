@@ -58,6 +58,7 @@ def test_rank_per_seed(tmp_path):
     (["--bootstrap_samples", "0"], "--bootstrap_samples"),
     (["--seeds", "1", "-1"], "--seeds must be between 0 and 4294967295; got -1"),
     (["--seed", str(2**32)], "--seed must be between 0 and 4294967295"),
+    (["--seeds", "1", "2", "1"], "--seeds lists 1 more than once: give each seed once"),
     (["--output_dir", __file__], "is a file, not a folder"),
 ])
 def test_bad_seed_flags(argv, message):
@@ -153,6 +154,9 @@ def test_results_of_several_seeds(tmp_path):
     change, low, high = (100 * float(rows[2][f"rel_change_eval_accuracy{end}"]) for end in ("", "_ci_low", "_ci_high"))
     shown = f"{change:+.1f}% [{low:+.1f}, {high:+.1f}]*"
     assert shown in md and "mean over 3 seeds" in md and "± " in md
+    k0_row = next(line for line in md.splitlines() if line.startswith("| 0 |"))
+    assert "+0.0% |" in k0_row and "[" not in k0_row  # the reference against itself: no interval shown
+    assert "[" in next(line for line in md.splitlines() if line.startswith("| 4 |"))
     assert "## Controls" in md and "uniform" in md
     for figure in ("results.png", "lambdas.png", "constant_matrices.png"):  # the first seed's ranking run's
         assert (tmp_path / figure).read_bytes()[:4] == b"\x89PNG"

@@ -111,9 +111,11 @@ class SweepArguments:
         if self.seeds is not None:
             if not self.seeds:
                 raise PapaError("--seeds needs at least one value")
-            self.seeds = list(dict.fromkeys(self.seeds))
             for seed in self.seeds:
                 check_seed(seed, "--seeds")
+            repeated = sorted({s for s in self.seeds if self.seeds.count(s) > 1})
+            if repeated:  # most likely a typo; a seed run twice would count as two seeds in the std and intervals
+                raise PapaError(f"--seeds lists {', '.join(map(str, repeated))} more than once: give each seed once")
         if self.rank_per_seed and self.seeds is None:
             raise PapaError("--rank_per_seed ranks per seed of --seeds: add --seeds S1 S2 ... or drop it")
         # a single value stays a plain string, as before the grid existed

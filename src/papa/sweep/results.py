@@ -108,12 +108,19 @@ def change_text(change, low=None, high=None):
     return f"{100 * change:+.1f}% [{100 * low:+.1f}, {100 * high:+.1f}]" + ("*" if low > 0 or high < 0 else "")
 
 
+def _interval(row, change_column):
+    """(low, high) of a change's interval, or (None, None) for k = 0: the reference against itself."""
+    if row.get("k") == 0:
+        return None, None
+    return row.get(f"{change_column}_ci_low"), row.get(f"{change_column}_ci_high")
+
+
 def _md_cell(column, value, row=None):
     row = row or {}
     if value is None:
         return "–"
     if column.startswith("rel_change_"):
-        return change_text(value, row.get(f"{column}_ci_low"), row.get(f"{column}_ci_high"))
+        return change_text(value, *_interval(row, column))
     if column == "fraction_constant":
         return f"{value:.3f}"
     if isinstance(value, float):
@@ -196,8 +203,7 @@ def controls_markdown(rows, task, controls):
     def cell(row, value_column, change_column):
         if row.get(value_column) is None:
             return "–"
-        change = change_text(row.get(change_column), row.get(f"{change_column}_ci_low"),
-                             row.get(f"{change_column}_ci_high"))
+        change = change_text(row.get(change_column), *_interval(row, change_column))
         return f"{row[value_column]:.4f} ({change})"
 
     lines = [f"## Controls: {metric[len('eval_'):]} (change vs k=0)", "",
