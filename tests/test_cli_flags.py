@@ -2,6 +2,7 @@
 error): model/tokenizer names, revision and token, --dataset_name, --debug, --traceback, the output-dir guard."""
 
 import json
+import os
 import runpy
 import sys
 
@@ -144,6 +145,31 @@ def test_averaging_debug_uses_100_examples(tmp_path, tiny_bert, shared_data):
                               "--debug", "--per_device_train_batch_size", 50, "--output_dir", tmp_path])
     patterns = torch.load(tmp_path / "attention_patterns_sums.pt", weights_only=True)
     assert patterns[0, 0] == 100 and patterns[-1, -1] == 100  # [CLS] and the final [SEP] of each example
+
+
+def test_averages_record_their_origin_and_another_tasks_are_named(tmp_path, tiny_bert, shared_data, capsys):
+    """avgs_info.json says which task and model avgs.pt was averaged over; a probing run of another task (a
+    cross-task run may be meant, so it runs) prints a warning naming both tasks."""
+    avgs = tmp_path / "avgs"
+    run_command("glue_avgs", ["--model_name_or_path", tiny_bert, "--task_name", "cola", "--data_dir",
+                              shared_data / "glue" / "CoLA", "--max_length", T, "--max_train_samples", 12,
+                              "--per_device_train_batch_size", 8, "--output_dir", avgs])
+    info = json.loads((avgs / "avgs_info.json").read_text())
+    assert info["task"] == "cola" and info["max_length"] == T and info["num_examples"] == 12
+    assert os.path.samefile(info["model"], tiny_bert)
+    capsys.readouterr()
+
+    def probe(task, folder):
+        run_command("glue", ["--model_name_or_path", tiny_bert, "--task_name", task, "--data_dir",
+                             shared_data / "glue" / folder, "--do_eval", "--max_eval_samples", 4,
+                             "--max_seq_length", T, "--static_heads_dir", avgs, "--output_dir",
+                             tmp_path / f"run{len(list(tmp_path.iterdir()))}"])
+        return capsys.readouterr().out
+
+    assert f"[papa] warning: the averages in {avgs} are cola's, but this run is sst2" in probe("sst2", "SST-2")
+    assert "warning" not in probe("cola", "CoLA")
+    (avgs / "avgs_info.json").unlink()  # averages of the original code, or of an earlier version: nothing to say
+    assert "warning" not in probe("sst2", "SST-2")
 
 
 def test_traceback_switch(tmp_path, monkeypatch):

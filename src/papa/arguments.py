@@ -192,7 +192,7 @@ class AveragingArguments:
     max_train_samples: int | None = field(default=None, metadata={"help": "Average over the first N training examples only."})
     debug: bool = field(default=False, metadata={"help": "Use only the first 100 examples of each split (as the original)."})
     output_dir: str | None = field(
-        default=None, metadata={"help": "Where avgs.pt, attention_sums.pt and attention_patterns_sums.pt go (required)."})
+        default=None, metadata={"help": "Where avgs.pt, attention_sums.pt, attention_patterns_sums.pt and avgs_info.json go (required)."})
     cache_dir: str | None = field(default=None, metadata={"help": "Where to cache models and datasets from the hub."})
     seed: int = field(default=42, metadata={"help": "Random seed (the averages do not depend on it)."})
     use_papa_preprocess: bool = field(

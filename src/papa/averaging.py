@@ -32,7 +32,7 @@ from .attention import head_dim
 from .constant_math import padding_pattern
 from .families import PapaAttention, accepts_token_type_ids, attention_modules, family_for
 from .errors import PapaError
-from .io import save_tensor
+from .io import load_json_object, save_json, save_tensor
 
 
 class AttentionAverager:
@@ -94,14 +94,54 @@ class AttentionAverager:
         counts = self.pattern_sums.diagonal()[:, None]  # (T, 1): Σ_b m_i
         return _safe_divide(self.output_sums, counts).float()
 
-    def save(self, output_dir):
-        """Write the three original files (float32), and mean_outputs.pt when recorded, each atomically."""
+    def save(self, output_dir, info=None):
+        """Write the three original files (float32), and mean_outputs.pt when recorded, each atomically; then
+        `info` (what they were averaged over: `averages_info`) as avgs_info.json. An older avgs_info.json goes
+        first, so a run stopped midway leaves averages of unknown origin, never a record of another run's."""
         os.makedirs(output_dir, exist_ok=True)
+        info_path = os.path.join(output_dir, AVERAGES_INFO)
+        if os.path.exists(info_path):
+            os.remove(info_path)
         save_tensor(self.attention_sums.float().cpu(), os.path.join(output_dir, "attention_sums.pt"))
         save_tensor(self.pattern_sums.float().cpu(), os.path.join(output_dir, "attention_patterns_sums.pt"))
         save_tensor(self.averages().cpu(), os.path.join(output_dir, "avgs.pt"))
         if self.output_sums is not None:
             save_tensor(self.mean_outputs().cpu(), os.path.join(output_dir, "mean_outputs.pt"))
+        if info is not None:
+            save_json(info, info_path, indent=2)
+
+
+# ----------------------------------------------------------------------------- where averages came from
+
+AVERAGES_INFO = "avgs_info.json"  # beside avgs.pt: the task and model it was averaged over
+
+
+def averages_info(task_name, model, seq_len, num_examples):
+    """What avgs_info.json records: `model` is the path or hub id the averaging script loaded."""
+    return {"task": task_name, "model": model, "max_length": seq_len, "num_examples": num_examples}
+
+
+def _same_model(a, b):
+    if a == b:
+        return True
+    return os.path.isdir(a) and os.path.isdir(b) and os.path.samefile(a, b)
+
+
+def averages_origin_notes(folder, task_name, model):
+    """Sentences saying how the averages in `folder` differ from this run's task and model; [] when they match,
+    or when the folder records nothing (averages of the original code, or written before avgs_info.json)."""
+    path = os.path.join(folder, AVERAGES_INFO)
+    if not os.path.exists(path):
+        return []
+    info = load_json_object(path, f"delete it, or run the averaging script again into {folder}")
+    notes = []
+    if info.get("task") not in (None, task_name):
+        notes.append(f"the averages in {folder} are {info['task']}'s, but this run is {task_name}: PAPA uses each "
+                     f"task's own training-set averages (run the averaging script on {task_name}, unless this "
+                     f"cross-task run is what you want)")
+    if info.get("model") is not None and model is not None and not _same_model(info["model"], model):
+        notes.append(f"the averages in {folder} were taken with {info['model']}, but this run loads {model}")
+    return notes
 
 
 class _LastLayerRecorded(Exception):

@@ -25,7 +25,7 @@ from datasets import DatasetDict
 from transformers import AutoModel, default_data_collator, set_seed
 
 from .attention import head_dim, lambdas_array, load_constant_matrices, load_mean_outputs
-from .averaging import accumulate_attention, distributed_context, shard
+from .averaging import accumulate_attention, averages_info, averages_origin_notes, distributed_context, shard
 from .conll import load_token_task
 from .console import progress_bar, quiet_trainer, stage
 from .data import load_sequence_task
@@ -118,7 +118,8 @@ def run_averaging(task, args):
     progress.close()
     averager.all_reduce()
     if rank == 0:
-        averager.save(args.output_dir)
+        averager.save(args.output_dir, averages_info(task.name, path or f"untrained {args.model_type}",
+                                                     args.max_length, averager.num_examples))
         stage(f"wrote avgs.pt{' and mean_outputs.pt' if args.mean_outputs else ''} [{config.num_hidden_layers}, "
               f"{config.num_attention_heads}, {args.max_length}, {args.max_length}] from {averager.num_examples} "
               f"examples ({world_size} process(es)) to {args.output_dir}")
@@ -312,6 +313,9 @@ def run_probing(task, model_args, data_args, training_args):
     heads = heads_to_replace(model_args, config)
     check_heads_setup(heads.loaded, heads.mix_all_heads, mode, data_args.max_seq_length, training_args.do_train,
                       REPLACEMENT_FILES[model_args.replace_heads_with])
+    if heads.loaded is not None:
+        for note in averages_origin_notes(model_args.static_heads_dir, task.name, path):
+            stage(f"warning: {note}")
     set_seed(training_args.seed)
 
     # constant matrices and the freeze-extract pooler are defined per position: pad everything to T
