@@ -19,7 +19,7 @@ import torch
 from torch.testing import assert_close
 
 import papa
-from papa.families import attention_modules
+from papa.families import PapaAttention, attention_modules
 from papa.errors import PapaError
 from layer_reference import expected_probs, patch_and_capture, run
 from numpy_attention import capture_layer, np_, softmax_rows
@@ -236,6 +236,16 @@ def test_a_key_value_cache_is_a_clear_error():
     gpt2 = papa.patch_model(tiny_decoder("gpt2"), random_constants())
     with pytest.raises(PapaError, match="use_cache=False"):
         run(gpt2, ids, mask, use_cache=True)
+
+
+@pytest.mark.parametrize("implementation", ["flash_attention_2", "flex_attention"])
+def test_attention_kernels_that_drop_the_window_are_a_clear_error(implementation):
+    # flash and flex kernels receive no 4-D mask: a patched Mistral would lose its sliding window silently
+    model = tiny_decoder("mistral", impl="sdpa")
+    model.config._attn_implementation = implementation  # as loaded with it (flash-attn is not installed here)
+    with pytest.raises(PapaError, match=f"attn_implementation='{implementation}'.*'sdpa'"):
+        papa.patch_model(model, random_constants(), static_heads=[[0, 1]])
+    assert not any(isinstance(m, PapaAttention) for m in attention_modules(model))  # nothing half-patched
 
 
 def test_averages_per_key_value_head_are_a_clear_error():

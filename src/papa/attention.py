@@ -143,6 +143,11 @@ def patch_model(model, constant_matrices=None, static_heads=None, mix_all_heads=
     if any(isinstance(module, PapaAttention) for module in layers):
         raise PapaError("this model is already PAPA-patched; load a fresh model to patch it again")
     config = model.config
+    implementation = getattr(config, "_attn_implementation", None) or "eager"
+    if implementation not in ("eager", "sdpa"):
+        # flash and flex kernels get a 2-D mask or none at all, so a sliding window or padding would be lost
+        raise PapaError(f"this model runs attn_implementation={implementation!r}; PAPA patches the 'eager' and "
+                        "'sdpa' ones: load it with attn_implementation='sdpa' (or 'eager')")
     if not family.causal and any(getattr(module, "is_causal", False) for module in layers):
         # its constant heads would attend to later tokens: the encoder adapters know no causal band
         raise PapaError(f"this {config.model_type} model is configured as a decoder (is_decoder=True), and PAPA "

@@ -55,7 +55,7 @@ def custom_sequence_task(table, where) -> TaskSpec:
         labels = tuple(str(v) for v in sorted(values))  # sorted values, as run_glue, for the same ids
     if labels is None:
         return TaskSpec(CUSTOM_NAME, "sequence", text_columns, None, metrics=("mse", "pearson"),
-                        main_metrics=("pearson", "mse"), custom=True)
+                        main_metrics=("pearson", "mse"), lower_is_better=("mse",), custom=True)
     return TaskSpec(CUSTOM_NAME, "sequence", text_columns, labels, custom=True)
 
 
