@@ -57,6 +57,18 @@ def test_blocks_of_text_files_as_run_clm_cuts_them(tmp_path, monkeypatch):
     assert limited["input_ids"] == expected[:3]
 
 
+def test_documents_are_lines_as_datasets_text_builder_reads_them(tmp_path):
+    """Lines break at "\n" (and "\r\n") only: a form feed or a Unicode line separator stays inside its document."""
+    from datasets import load_dataset
+
+    path = tmp_path / "odd.txt"
+    path.write_bytes("first doc\x0cwith a form feed\nsecond\u2028same doc\x85too\r\nthird\x1c\n".encode("utf-8"))
+    texts = lm_data.load_lm_texts(LM, ["train"], train_file=str(path))["train"]["text"]
+    reference = load_dataset("text", data_files=str(path), keep_linebreaks=True, cache_dir=str(tmp_path / "c"))
+    assert texts == reference["train"]["text"]
+    assert len(texts) == 3 and texts[0] == "first doc\x0cwith a form feed\n"
+
+
 def test_too_little_text_for_one_block(tmp_path):
     (tmp_path / "t.txt").write_text("the\n")
     texts = lm_data.load_lm_texts(LM, ["train"], train_file=str(tmp_path / "t.txt"))

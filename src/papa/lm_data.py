@@ -11,6 +11,7 @@ blocks, as run_clm selects after grouping. Every block is full, so nothing is pa
 without a pad token works.
 """
 
+import io
 from pathlib import Path
 
 import datasets
@@ -52,12 +53,14 @@ def check_lm_run(mode, use_papa_preprocess, use_freeze_extract_pooler, training_
 
 
 def read_text_file(path, flag) -> list[str]:
-    """A plain text file's lines, each with its line break (run_clm's keep_linebreaks default)."""
+    """A plain text file's lines, each with its line break (run_clm's keep_linebreaks default), split as run_clm's
+    `load_dataset("text")` splits them."""
     path = Path(path)
     if not path.is_file():
         raise PapaError(f"{flag} {path} does not exist")
     try:
-        lines = path.read_text(encoding="utf-8").splitlines(keepends=True)
+        # at "\n" only, as datasets' text builder (str.splitlines also breaks at \x0c, \x85, \u2028, ...)
+        lines = io.StringIO(path.read_text(encoding="utf-8")).readlines()
     except UnicodeDecodeError as err:
         raise PapaError(f"{flag} {path} is not UTF-8 text ({err}); lm reads plain text, one document per line") from None
     if not any(line.strip() for line in lines):
