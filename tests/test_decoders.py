@@ -227,6 +227,20 @@ def test_sequence_classifier_reads_the_last_real_token():
         assert_close(logits[b:b + 1], want, rtol=1e-5, atol=1e-5)
 
 
+def test_float64_windows_of_padding_only_stay_finite():
+    """In float64 a padded query whose sliding window holds padding only (Mistral's window 4; the 3-token example
+    from position 7 on) is a fully masked row: the probabilities path keeps it finite (the stock eager softmax,
+    cast to float32, turns finfo(float64).min into -inf and gives NaN) and equals the fast path where it counts."""
+    patched = papa.patch_model(tiny_decoder("mistral").double(), random_constants().double(),
+                               static_heads=[[0, 1], [1, 2]])
+    ids, mask = right_padded_batch(lengths=(T, 7, 3))
+    fast = run(patched, ids, mask).logits
+    probabilities_path = run(patched, ids, mask, output_attentions=True).logits
+    real = mask.bool()
+    assert torch.isfinite(probabilities_path[real]).all()
+    assert_close(probabilities_path[real], fast[real], rtol=1e-10, atol=1e-10)
+
+
 def test_a_key_value_cache_is_a_clear_error():
     model = papa.patch_model(tiny_decoder("llama"), random_constants(), static_heads=[[0, 1]])
     assert model.config.use_cache is False

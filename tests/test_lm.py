@@ -20,6 +20,7 @@ from papa import lm_data
 from papa.arguments import parse_training_args
 from papa.errors import PapaError
 from papa.lm_data import group_texts, lm_blocks
+from papa.predictions import block_digest
 from papa.runs import run_probing
 from papa.tasks import get_task
 
@@ -172,11 +173,13 @@ def test_relative_changes_are_changes_in_performance():
     assert "negative = worse" in results_markdown(columns, rows, "t", 8, task=LM)
 
 
-def fake_lm_run(folder, nll, tokens):
+def fake_lm_run(folder, nll, tokens, blocks=None):
     from papa.metrics import compute_lm_metrics
 
     folder.mkdir(parents=True)
     records = [{"index": i, "nll_sum": float(v), "tokens": int(n)} for i, (v, n) in enumerate(zip(nll, tokens))]
+    for record, block in zip(records, blocks or []):
+        record["block"] = block
     (folder / "eval_predictions.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
     metrics = compute_lm_metrics(nll, tokens)
     (folder / "eval_results.json").write_text(json.dumps({f"eval_{k}": v for k, v in metrics.items()}))
@@ -219,6 +222,21 @@ def test_bootstrap_of_perplexity_from_the_blocks(tmp_path):
     assert "for perplexity (lower is better)" in (tmp_path / "results.md").read_text()
     summary = summary_markdown([PairOutcome("m", LM, 4, [0, 4], results=results)])
     assert "perplexity (lower is better)" in summary and f"{100 * (1 - math.exp(0.3)):+.1f}%" in summary
+
+
+def test_runs_on_other_text_of_the_same_length_are_not_paired(tmp_path):
+    """Every lm block predicts T − 1 tokens, so token counts cannot tell two texts apart: the block digests do."""
+    from papa.sweep.intervals import PredictionStore, change_distribution
+
+    nll, tokens = np.full(4, 20.0), np.full(4, T - 1)
+    fake_lm_run(tmp_path / "k_0", nll, tokens, blocks=[block_digest([i] * T) for i in range(4)])
+    fake_lm_run(tmp_path / "same", nll + 1, tokens, blocks=[block_digest([i] * T) for i in range(4)])
+    fake_lm_run(tmp_path / "other", nll + 1, tokens, blocks=[block_digest([i + 1] * T) for i in range(4)])
+    store = PredictionStore(LM)
+    paired = change_distribution(store, [str(tmp_path / "same")], [str(tmp_path / "k_0")], "eval_perplexity", 50)
+    assert paired is not None
+    with pytest.raises(PapaError, match="evaluated on different examples .*blocks differ"):
+        change_distribution(store, [str(tmp_path / "other")], [str(tmp_path / "k_0")], "eval_perplexity", 50)
 
 
 # ----------------------------------------------------------------------------- end to end
@@ -285,6 +303,8 @@ def test_lm_runs_end_to_end(lm_folder, tmp_path):
         assert results["eval_perplexity"] == math.exp(results["eval_loss"]) and results["eval_samples"] == len(blocks)
         rows = [json.loads(line) for line in open(out / "eval_predictions.jsonl")]
         assert [r["index"] for r in rows] == list(range(len(blocks))) and {r["tokens"] for r in rows} == {T - 1}
+        assert [r["block"] for r in rows] == [block_digest(ids) for ids in blocks]  # the labels are the input ids
+        assert len({r["block"] for r in rows}) == len({tuple(ids) for ids in blocks})
         from_file = metrics_from_predictions(LM, str(out / "eval_predictions.jsonl"))
         assert from_file == {"loss": results["eval_loss"], "perplexity": results["eval_perplexity"]}
         if k == 0:  # no constant head: the stock model's own loss

@@ -139,15 +139,14 @@ def token_predictions_to_tags(predictions, label_ids, label_list) -> tuple[list[
 def trainer_metrics(task, label_list, entity_level=False):
     """A Trainer `compute_metrics` for `task` (a TaskSpec); `label_list`: id -> label name (None: regression).
 
-    It keeps the last (logits, label ids) it scored (lm: per-block nll sums and token counts) as `compute.last`, so the run can write the very
-    predictions behind its metrics (papa.predictions) without a second pass over the evaluation set.
+    It keeps the last (logits, label ids) it scored (lm: per-block nll sums and the blocks' labels) as
+    `compute.last`, so the run can write the very predictions behind its metrics (papa.predictions) without a second pass over the evaluation set.
     """
     def compute(prediction):
         logits = prediction.predictions[0] if isinstance(prediction.predictions, tuple) else prediction.predictions
-        if task.kind == "lm":  # the predictions are block_nll's per-block sums
-            compute.last = (logits, predicted_tokens(prediction.label_ids))
-            return compute_lm_metrics(*compute.last)
         compute.last = (logits, prediction.label_ids)
+        if task.kind == "lm":  # the predictions are block_nll's per-block sums
+            return compute_lm_metrics(logits, predicted_tokens(prediction.label_ids))
         if task.kind == "token":
             predicted, gold = token_predictions_to_tags(logits, prediction.label_ids, label_list)
             return compute_token_metrics(predicted, gold, entity_level=entity_level)

@@ -4,12 +4,14 @@ Every probing run with --do_eval writes, per evaluation split, one JSON object p
 order, `{"index": i, "label": ..., "prediction": ...}`: label ids of the task for classification, floats
 for regression (the float32 values the Trainer scored, written exactly), and for token tasks the lists
 of tag names over the scored words (what seqeval scores); for the lm task `{"index": i, "nll_sum": ...,
-"tokens": ...}` per block (its summed next-token negative log-likelihood and number of predicted tokens,
-so perplexity = exp(Σ nll_sum / Σ tokens)). The run's metrics follow from the file alone
+"tokens": ..., "block": ...}` per block (its summed next-token negative log-likelihood, its number of predicted
+tokens, so perplexity = exp(Σ nll_sum / Σ tokens), and a digest of its token ids, so two runs can be checked to
+have read the same text). The run's metrics follow from the file alone
 (`metrics_from_predictions`), exactly as in eval_results.json; the sweep's bootstrap intervals
 (papa.sweep.intervals) resample these examples.
 """
 
+import hashlib
 import json
 import os
 
@@ -17,7 +19,8 @@ import numpy as np
 
 from .errors import PapaError
 from .io import save_text
-from .metrics import compute_glue_metrics, compute_lm_metrics, compute_token_metrics, token_predictions_to_tags
+from .metrics import (compute_glue_metrics, compute_lm_metrics, compute_token_metrics, predicted_tokens,
+                      token_predictions_to_tags)
 
 EVAL_PREFIX = "eval"
 
@@ -41,11 +44,24 @@ def record_keys(task):
     return ("tokens", "nll_sum") if task.kind == "lm" else ("label", "prediction")
 
 
+def identity_keys(task):
+    """Further fields fixed by the data, beyond record_keys' first (lm: each block's digest, as its token counts are
+    all alike); runs evaluated on the same examples agree on them. Files written before them lack them."""
+    return ("block",) if task.kind == "lm" else ()
+
+
+def block_digest(label_ids):
+    """A short digest of one lm block's label ids (T,): equal blocks give equal digests, others (almost surely) not."""
+    return hashlib.blake2b(np.asarray(label_ids, dtype=np.int64).tobytes(), digest_size=8).hexdigest()
+
+
 def prediction_records(task, label_list, logits, label_ids):
     """[{"index", "label", "prediction"}] from the Trainer's logits and label ids, in dataset order; lm:
-    [{"index", "nll_sum", "tokens"}] from the per-block sums and token counts."""
+    [{"index", "nll_sum", "tokens", "block"}] from the per-block sums and the blocks' labels."""
     if task.kind == "lm":
-        return [{"index": i, "nll_sum": float(v), "tokens": int(n)} for i, (v, n) in enumerate(zip(logits, label_ids))]
+        tokens = predicted_tokens(label_ids)
+        return [{"index": i, "nll_sum": float(v), "tokens": int(n), "block": block_digest(row)}
+                for i, (v, n, row) in enumerate(zip(logits, tokens, label_ids))]
     if task.kind == "token":
         predicted, gold = token_predictions_to_tags(logits, label_ids, label_list)
     elif task.is_regression:
@@ -66,25 +82,26 @@ def write_eval_predictions(task, label_list, logits, label_ids, path):
 
 def read_predictions(path, keys=("label", "prediction")):
     """(labels, predictions) lists from an eval_predictions*.jsonl, checked to be complete and in order; `keys`:
-    the fields read as the two (record_keys: lm's tokens and nll_sum)."""
+    the fields read as the two (record_keys: lm's tokens and nll_sum). Further keys (identity_keys) add a list
+    each, None where a record lacks the field."""
     if not os.path.isfile(path):
         raise PapaError(f"{path} does not exist (runs before per-example predictions existed have none: delete "
                         f"the run's folder to redo it)")
-    labels, predictions = [], []
+    columns = tuple([] for _ in keys)
     with open(path) as f:
         for number, line in enumerate(f):
             try:
                 record = json.loads(line)
                 if record["index"] != number:
                     raise ValueError(f"index {record['index']} where {number} belongs")
-                labels.append(record[keys[0]])
-                predictions.append(record[keys[1]])
+                for i, (key, column) in enumerate(zip(keys, columns)):
+                    column.append(record[key] if i < 2 else record.get(key))
             except (ValueError, KeyError, TypeError) as err:
                 raise PapaError(f"{path}:{number + 1}: not an eval_predictions line ({err}); delete the run's folder "
                                 "to redo it") from None
-    if not labels:
+    if not columns[0]:
         raise PapaError(f"{path} has no examples; delete the run's folder to redo it")
-    return labels, predictions
+    return columns
 
 
 def as_arrays(task, labels, predictions):

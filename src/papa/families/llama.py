@@ -83,7 +83,10 @@ class PapaLlamaAttention(PapaAttention):
         scores = torch.matmul(query, key.transpose(-1, -2)) * self.scaling
         if self.softcap is not None:
             scores = torch.tanh(scores / self.softcap) * self.softcap
-        return masked_scores(scores, call.attention_mask).float()  # the stock eager softmax runs in float32
+        scores = masked_scores(scores, call.attention_mask)  # (B, D, T, T)
+        # the stock eager softmax runs in float32; float64 stays (its finfo.min would become -inf, and a window
+        # of padding only, a row of -inf, NaN, which the next layer's padded values spread to every position)
+        return scores.to(torch.promote_types(scores.dtype, torch.float32))
 
     def papa_dynamic_context(self, call, values):
         if self.softcap is not None:  # no fused kernel soft-caps: the stock eager computation

@@ -24,7 +24,7 @@ import zlib
 import numpy as np
 
 from ..errors import PapaError
-from ..predictions import as_arrays, metric_file, read_predictions, record_keys
+from ..predictions import as_arrays, identity_keys, metric_file, read_predictions, record_keys
 
 BOOTSTRAP_SEED = 0
 CONFIDENCE = 0.95
@@ -178,12 +178,16 @@ class PredictionStore:
         self.task, self.cache = task, {}
 
     def metric(self, folder, metric):
-        """(f(example indices) -> metric, labels) of the run in `folder` for an eval_results key, or None."""
+        """(f(example indices) -> metric, what names its examples) of the run in `folder` for an eval_results key;
+        the function is None for a metric without a recipe. The examples are named by their labels (lm: token
+        counts and block digests, papa.predictions.identity_keys)."""
         key = (folder, metric)
         if key not in self.cache:
             file, name = metric_file(metric)
-            labels, predictions = read_predictions(os.path.join(folder, file), record_keys(self.task))
-            self.cache[key] = (resampled_metric(self.task, name, labels, predictions), labels)
+            keys = record_keys(self.task) + identity_keys(self.task)
+            labels, predictions, *identities = read_predictions(os.path.join(folder, file), keys)
+            examples = list(zip(labels, *identities)) if identities else labels
+            self.cache[key] = (resampled_metric(self.task, name, labels, predictions), examples)
         return self.cache[key]
 
 
@@ -192,11 +196,12 @@ def change_distribution(store, folders, reference_folders, metric, samples):
     against `reference_folders[i]` (k = 0), one pair per seed; None when the metric has no recipe."""
     pairs = []
     for folder, reference in zip(folders, reference_folders):
-        (at_k, labels), (at_zero, reference_labels) = store.metric(folder, metric), store.metric(reference, metric)
+        (at_k, examples), (at_zero, reference_examples) = store.metric(folder, metric), store.metric(reference, metric)
         if at_k is None:
             return None
-        if labels != reference_labels:
+        if examples != reference_examples:
+            what = "labels" if store.task.kind != "lm" else "blocks"
             raise PapaError(f"{folder} and {reference} were evaluated on different examples (their "
-                            f"{metric_file(metric)[0]} labels differ); delete one to redo it on the same data")
-        pairs.append((at_k, at_zero, len(labels)))
+                            f"{metric_file(metric)[0]} {what} differ); delete one to redo it on the same data")
+        pairs.append((at_k, at_zero, len(examples)))
     return paired_bootstrap(pairs, samples, seed=task_seed(store.task), direction=store.task.direction(metric))
