@@ -140,7 +140,8 @@ def trainer_metrics(task, label_list, entity_level=False):
     """A Trainer `compute_metrics` for `task` (a TaskSpec); `label_list`: id -> label name (None: regression).
 
     It keeps the last (logits, label ids) it scored (lm: per-block nll sums and the blocks' labels) as
-    `compute.last`, so the run can write the very predictions behind its metrics (papa.predictions) without a second pass over the evaluation set.
+    `compute.last`, so the run can write the very predictions behind its metrics (papa.predictions) without a
+    second pass over the evaluation set.
     """
     def compute(prediction):
         logits = prediction.predictions[0] if isinstance(prediction.predictions, tuple) else prediction.predictions

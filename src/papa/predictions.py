@@ -80,22 +80,23 @@ def write_eval_predictions(task, label_list, logits, label_ids, path):
     return len(records)
 
 
-def read_predictions(path, keys=("label", "prediction")):
+def read_predictions(path, keys=("label", "prediction"), optional=()):
     """(labels, predictions) lists from an eval_predictions*.jsonl, checked to be complete and in order; `keys`:
-    the fields read as the two (record_keys: lm's tokens and nll_sum). Further keys (identity_keys) add a list
-    each, None where a record lacks the field."""
+    the fields read as the two (record_keys: lm's tokens and nll_sum). Each `optional` field (identity_keys) adds
+    a list, None where a record lacks it (files written before it)."""
     if not os.path.isfile(path):
         raise PapaError(f"{path} does not exist (runs before per-example predictions existed have none: delete "
                         f"the run's folder to redo it)")
-    columns = tuple([] for _ in keys)
+    columns = tuple([] for _ in (*keys, *optional))
     with open(path) as f:
         for number, line in enumerate(f):
             try:
                 record = json.loads(line)
                 if record["index"] != number:
                     raise ValueError(f"index {record['index']} where {number} belongs")
-                for i, (key, column) in enumerate(zip(keys, columns)):
-                    column.append(record[key] if i < 2 else record.get(key))
+                values = [record[key] for key in keys] + [record.get(key) for key in optional]
+                for column, value in zip(columns, values):
+                    column.append(value)
             except (ValueError, KeyError, TypeError) as err:
                 raise PapaError(f"{path}:{number + 1}: not an eval_predictions line ({err}); delete the run's folder "
                                 "to redo it") from None

@@ -184,8 +184,8 @@ class PredictionStore:
         key = (folder, metric)
         if key not in self.cache:
             file, name = metric_file(metric)
-            keys = record_keys(self.task) + identity_keys(self.task)
-            labels, predictions, *identities = read_predictions(os.path.join(folder, file), keys)
+            labels, predictions, *identities = read_predictions(os.path.join(folder, file), record_keys(self.task),
+                                                                identity_keys(self.task))
             examples = list(zip(labels, *identities)) if identities else labels
             self.cache[key] = (resampled_metric(self.task, name, labels, predictions), examples)
         return self.cache[key]
