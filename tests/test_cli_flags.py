@@ -80,7 +80,10 @@ def test_json_argument_files(tmp_path):
         parse_training_args([str(path)])
 
 
-def test_model_flags_reach_the_loaders(tmp_path, tiny_bert, monkeypatch):
+@pytest.mark.parametrize("command", ["glue", "glue_avgs"])
+def test_model_flags_reach_the_loaders(command, tmp_path, tiny_bert, monkeypatch):
+    """--model_revision, --use_auth_token, --config_name, --tokenizer_name and the slow tokenizer reach the hub
+    loaders, in the probing script and in the averaging script alike (which must average the same weights)."""
     calls = []
 
     def spy(kind, real):
@@ -95,13 +98,20 @@ def test_model_flags_reach_the_loaders(tmp_path, tiny_bert, monkeypatch):
     fetched = []
     monkeypatch.setattr("huggingface_hub.snapshot_download",
                         lambda repo, **kw: fetched.append((repo, kw["revision"], kw["token"])) or tiny_bert)
-    run_command("glue", ["--model_name_or_path", "someone/tiny-bert", "--model_revision", "v2", "--use_auth_token",
-                         "--config_name", tiny_bert, "--tokenizer_name", tiny_bert, "--use_fast_tokenizer", "false",
-                         "--task_name", "cola", "--data_dir", write_cola(tmp_path / "cola"), "--do_eval",
-                         "--max_seq_length", T, "--output_dir", tmp_path / "out", "--report_to", "none"])
+    common = ["--model_name_or_path", "someone/tiny-bert", "--model_revision", "v2", "--use_auth_token",
+              "--config_name", tiny_bert, "--tokenizer_name", tiny_bert, "--task_name", "cola",
+              "--data_dir", write_cola(tmp_path / "cola"), "--output_dir", tmp_path / "out"]
+    if command == "glue":
+        run_command("glue", common + ["--use_fast_tokenizer", "false", "--do_eval", "--max_seq_length", T,
+                                      "--report_to", "none"])
+    else:
+        run_command("glue_avgs", common + ["--use_slow_tokenizer", "--max_length", T])
     assert fetched == [("someone/tiny-bert", "v2", True)]  # the weights: a snapshot at the revision, with the token
     assert ("config", tiny_bert, "v2", True, None) in calls and ("tokenizer", tiny_bert, "v2", True, False) in calls
-    assert "eval_matthews_correlation" in json.loads((tmp_path / "out" / "eval_results.json").read_text())
+    if command == "glue":
+        assert "eval_matthews_correlation" in json.loads((tmp_path / "out" / "eval_results.json").read_text())
+    else:
+        assert (tmp_path / "out" / "avgs.pt").is_file()
 
 
 def test_model_type_and_slow_tokenizer_errors(tiny_bert):

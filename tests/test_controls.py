@@ -125,6 +125,29 @@ def test_control_stages_folders_and_flags(tmp_path):
                                                        (None, 36))] == ["k_0", "k_72", "mean_k_72", "k_36"]
 
 
+def test_the_averaging_stage_reads_what_the_training_runs_read(tmp_path):
+    """Passed-through flags that change the data, the tokenizer or the weights reach the averaging stage as well,
+    so avgs.pt is an average over the inputs the ranking and probing runs see (the PAPA layout's token types, a
+    hub dataset's columns, a model revision); its flags parse as the averaging script parses them."""
+    from papa.arguments import parse_averaging_args
+
+    passthrough = ["--original_token_types", "true", "--use_fast_tokenizer=false", "--model_revision", "v2",
+                   "--tokenizer_name", "tok", "--config_name=cfg", "--bf16", "--use_cpu", "true",
+                   "--dataset_config_name", "x", "--preprocessing_num_workers", "2", "--use_auth_token"]
+    plan, stages = plan_and_stages(tmp_path, *passthrough)
+    args = parse_averaging_args(stages["avgs"].args)
+    assert (args.original_token_types, args.use_slow_tokenizer, args.model_revision, args.token) == (True, True, "v2",
+                                                                                                     True)
+    assert (args.tokenizer_name, args.config_name, args.dataset_config_name) == ("tok", "cfg", "x")
+    assert (args.preprocessing_num_workers, args.mixed_precision) == (2, "bf16")
+    model_args, data_args, _ = parse_training_args(stages["k_36"].args)  # and the training runs read the same
+    assert (data_args.original_token_types, model_args.use_fast_tokenizer, model_args.model_revision) == (True, False,
+                                                                                                          "v2")
+    _, plain = plan_and_stages(tmp_path / "plain", "--original_token_types", "false", "--use_fast_tokenizer", "true")
+    args = parse_averaging_args(plain["avgs"].args)
+    assert (args.original_token_types, args.use_slow_tokenizer, args.model_revision) == (False, False, "main")
+
+
 def test_bad_controls_are_one_clear_error(tmp_path):
     with pytest.raises(PapaError, match="invalid choice: 'shuffle'"):
         parse_sweep_args(["--controls", "shuffle"])

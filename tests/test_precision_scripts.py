@@ -14,7 +14,7 @@ import torch
 from cli_fixtures import (T, command_error, papa_flags, run_command, tiny_bert, write_cola,  # noqa: F401
                           write_conll, write_papa_inputs)
 
-from papa.sweep.defaults import averaging_precision
+from papa.sweep.defaults import averaging_flags
 
 
 def finite_metrics(folder):
@@ -92,7 +92,7 @@ def test_mixed_precision_is_checked(tmp_path, capsys):
                                                                        ["--mixed_precision", "fp16"]),
 ])
 def test_the_sweep_runs_the_averaging_in_the_training_runs_precision(passthrough, expected):
-    assert averaging_precision(passthrough) == expected
+    assert averaging_flags(passthrough) == expected
 
 
 @pytest.mark.slow

@@ -36,6 +36,11 @@ def modernize_argv(argv):
     return out
 
 
+REVISION_HELP = "Model version on the hub: a branch name, tag name or commit id."
+TOKEN_HELP = "Hub token for private models or datasets (default: the one `hf auth login` stored, if any)."
+USE_AUTH_TOKEN_HELP = "transformers 4's flag: use the token `hf auth login` stored (now --token)."
+
+
 @dataclass
 class ModelArguments:
     model_name_or_path: str | None = field(default=None, metadata={
@@ -47,12 +52,9 @@ class ModelArguments:
     cache_dir: str | None = field(default=None, metadata={"help": "Where to cache models and datasets from the hub."})
     use_fast_tokenizer: bool = field(
         default=True, metadata={"help": "Use a fast (tokenizers) tokenizer; token tasks need one (word_ids)."})
-    model_revision: str = field(
-        default="main", metadata={"help": "Model version on the hub: a branch name, tag name or commit id."})
-    token: str | None = field(default=None, metadata={
-        "help": "Hub token for private models or datasets (default: the one `hf auth login` stored, if any)."})
-    use_auth_token: bool = field(default=False, metadata={
-        "help": "transformers 4's flag: use the token `hf auth login` stored (now --token)."})
+    model_revision: str = field(default="main", metadata={"help": REVISION_HELP})
+    token: str | None = field(default=None, metadata={"help": TOKEN_HELP})
+    use_auth_token: bool = field(default=False, metadata={"help": USE_AUTH_TOKEN_HELP})
     use_freeze_extract_pooler: bool = field(
         default=False, metadata={"help": "Probe every hidden state with the original freeze-extract head (pads inputs to max length)."}
     )
@@ -175,6 +177,9 @@ class AveragingArguments:
     config_name: str | None = field(default=None, metadata={"help": "Config name or folder, if not the model's."})
     tokenizer_name: str | None = field(default=None, metadata={"help": "Tokenizer name or folder, if not the model's."})
     use_slow_tokenizer: bool = field(default=False, metadata={"help": "Sequence tasks: a slow (Python) tokenizer."})
+    model_revision: str = field(default="main", metadata={"help": REVISION_HELP})
+    token: str | None = field(default=None, metadata={"help": TOKEN_HELP})
+    use_auth_token: bool = field(default=False, metadata={"help": USE_AUTH_TOKEN_HELP})
     model_type: str | None = field(default=None, metadata={
         "help": "Without --model_name_or_path: average an untrained model of this type (needs --tokenizer_name)."})
     task_name: str | None = field(default=None, metadata={"help": TASK_HELP})
@@ -214,6 +219,8 @@ class AveragingArguments:
     def __post_init__(self):
         if not self.output_dir:
             raise PapaError("--output_dir is required (the folder avgs.pt goes to)")
+        if self.use_auth_token and self.token is None:
+            self.token = True  # huggingface_hub: True = the stored token
         if self.mixed_precision not in MIXED_PRECISIONS:
             raise PapaError(f"--mixed_precision must be one of {', '.join(MIXED_PRECISIONS)}; got {self.mixed_precision!r}")
         for flag in ("max_length", "per_device_train_batch_size", "max_train_samples", "preprocessing_num_workers"):

@@ -86,7 +86,8 @@ def run_averaging(task, args):
     datasets, label_list = load_task_data(task, args, args.cache_dir, ("train",))
     path, config, tokenizer = load_config_and_tokenizer(
         args.model_name_or_path, args.cache_dir, task, label_list, args.max_length, config_name=args.config_name,
-        tokenizer_name=args.tokenizer_name, use_fast=not args.use_slow_tokenizer, model_type=args.model_type)
+        tokenizer_name=args.tokenizer_name, revision=args.model_revision, token=args.token,
+        use_fast=not args.use_slow_tokenizer, model_type=args.model_type)
     stage(f"averaging attention of {path or 'an untrained ' + args.model_type} on {task.name} (T={args.max_length})")
 
     train = datasets["train"]

@@ -85,20 +85,47 @@ def check_passthrough(extra_args):
                             "(use the sweep's own flag where there is one)")
 
 
-def averaging_precision(passthrough):
-    """The averaging stage's --mixed_precision for the training runs' passed-through --fp16 / --bf16 (HF spelling:
-    a bare flag, `--fp16 true` or `--fp16=true`)."""
-    chosen = "no"
+# The training runs' flags that also decide what the averaging pass averages (the same data, tokenizer and model
+# weights), passed to the averaging stage under the same name.
+AVERAGING_FLAGS = {
+    "--original_token_types", "--dataset_name", "--dataset_config_name", "--text_column_name", "--label_column_name",
+    "--config_name", "--tokenizer_name", "--model_revision", "--token", "--use_auth_token", "--preprocessing_num_workers",
+}
+
+
+def passthrough_flags(passthrough):
+    """[(name, value or None)] of passed-through flags, spelt as HF's parser takes them: `--flag value`,
+    `--flag=value`, or a bare boolean `--flag` (value None)."""
+    flags = []
     for i, arg in enumerate(passthrough):
-        name, equals, value = arg.partition("=")
-        if name not in ("--fp16", "--bf16"):
+        if not arg.startswith("--"):
             continue
+        name, equals, value = arg.partition("=")
         if not equals:
-            following = passthrough[i + 1] if i + 1 < len(passthrough) else ""
-            value = following if not following.startswith("--") else "true"
-        if value.lower() not in ("false", "0", "no", "n", "f"):
-            chosen = name[2:]
-    return ["--mixed_precision", chosen] if chosen != "no" else []
+            following = passthrough[i + 1] if i + 1 < len(passthrough) else None
+            value = None if following is None or following.startswith("--") else following
+        flags.append((name, value))
+    return flags
+
+
+def _is_true(value):
+    """An HF boolean flag's value: a bare flag is true, as is any spelling but false/0/no/n/f."""
+    return value is None or value.lower() not in ("false", "0", "no", "n", "f")
+
+
+def averaging_flags(passthrough):
+    """The averaging stage's flags from the training runs' passed-through ones, so that it averages what they read:
+    `AVERAGING_FLAGS` as they are, `--use_fast_tokenizer false` as `--use_slow_tokenizer true`, and `--fp16` /
+    `--bf16` as `--mixed_precision fp16` / `bf16` (the forward's autocast)."""
+    flags, precision = [], "no"
+    for name, value in passthrough_flags(passthrough):
+        if name in AVERAGING_FLAGS:
+            flags += [name] + ([] if value is None else [value])
+        elif name == "--use_fast_tokenizer":
+            flags += ["--use_slow_tokenizer", str(not _is_true(value)).lower()]
+        elif name in ("--fp16", "--bf16") and _is_true(value):
+            precision = name[2:]
+    return flags + (["--mixed_precision", precision] if precision != "no" else [])
 
 
 def epilog():

@@ -28,7 +28,7 @@ from ..tasks import KINDS
 from ..tokenized_cache import CACHE_ENV
 from . import controls
 from .child import start_fork_server
-from .defaults import averaging_precision, check_passthrough, default_static_heads_nums, task_defaults
+from .defaults import averaging_flags, check_passthrough, default_static_heads_nums, task_defaults
 from .launchers import check_launcher, make_launcher, run_scheduled, sweep_tasks
 from .results import write_results
 from .stages import Stage, human, run_stage
@@ -160,7 +160,7 @@ def make_stages(plan, args, passthrough):
     avgs_args = [*source, "--max_length", str(plan.max_seq_length),
                  "--per_device_train_batch_size", str(plan.avgs_batch_size), "--output_dir", avgs_dir,
                  *([] if lm else ["--use_papa_preprocess", "true", "--pad_to_max_length"]), "--seed", str(args.seed)]
-    avgs_args += averaging_precision(passthrough)  # --fp16 / --bf16 of the training runs: the forward's autocast
+    avgs_args += averaging_flags(passthrough)  # the data, model and precision the training runs get
     if args.max_train_samples is not None:  # average over the examples the probes are trained on
         avgs_args += ["--max_train_samples", str(args.max_train_samples)]
     avgs_outputs = ["avgs.pt"]
