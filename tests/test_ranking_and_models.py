@@ -58,9 +58,10 @@ def test_ranking_errors(tmp_path):
     (tmp_path / "sorted_heads.json").write_text("[[0, 1], [5, 1]]")
     with pytest.raises(PapaError, match="lacks"):
         load_sorted_heads(str(tmp_path), 2, 3)
-    (tmp_path / "sorted_heads.json").write_text('{"a": 1}')
-    with pytest.raises(PapaError, match="pairs"):
-        load_sorted_heads(str(tmp_path), 2, 3)
+    for text in ('{"a": 1}', "[[0, true]]", "[[0, 1.0]]"):  # JSON true would pass isinstance(x, int) as head 1
+        (tmp_path / "sorted_heads.json").write_text(text)
+        with pytest.raises(PapaError, match="pairs"):
+            load_sorted_heads(str(tmp_path), 2, 3)
     rows = sorted_heads_from_lambdas(np.zeros((2, 3)))
     with pytest.raises(PapaError, match="between 0 and 6"):
         first_k_heads(rows, 7, 2, 3)

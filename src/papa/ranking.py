@@ -39,7 +39,7 @@ def load_sorted_heads(folder, num_layers, num_heads):
         )
     rows = load_json(path, "rerun the ranking run (run_papa_*.py --sort_calculating True) that writes it")
     if not isinstance(rows, list) or not all(
-        isinstance(r, list) and len(r) == 2 and all(isinstance(x, int) for x in r) for r in rows
+        isinstance(r, list) and len(r) == 2 and all(type(x) is int for x in r) for r in rows  # JSON true is no index
     ):
         raise PapaError(f"{path} must be a JSON list of [layer, head] integer pairs")
     seen = set()
