@@ -1,8 +1,9 @@
-"""The paired hierarchical bootstrap (papa.sweep.intervals) against independent computations: a loop over the
+"""The paired bootstrap over seeds and examples (papa.sweep.intervals) against independent computations: a loop over the
 same draws scoring each resample with sklearn / scipy / seqeval, an exactly enumerated tiny case, hand-checkable
 extremes, and the interval shrinking as the evaluation set grows."""
 
 import itertools
+import json
 
 import numpy as np
 import pytest
@@ -29,21 +30,24 @@ def reference_metric(metric, labels, predictions):
 
 
 def fake_runs(task_name, num_seeds, n, rng):
-    """Per seed: (labels, predictions at k, predictions at k = 0), the same labels for both runs."""
+    """Per seed: (labels, predictions at k, predictions at k = 0), the same labels for both runs and every seed
+    (one evaluation set)."""
     runs = []
+    ner_labels = [[TAGS[t] for t in rng.integers(0, 5, rng.integers(2, 7))] for _ in range(n)]
+    stsb_labels = rng.uniform(0, 5, n).astype(np.float32)
+    class_labels = rng.integers(0, 3 if task_name == "mnli" else 2, n)
     for _ in range(num_seeds):
         if task_name == "ner":
-            labels = [[TAGS[t] for t in rng.integers(0, 5, rng.integers(2, 7))] for _ in range(n)]
+            labels = ner_labels
             noisy = [[t if rng.random() < 0.8 else TAGS[rng.integers(0, 5)] for t in s] for s in labels]
             noisier = [[t if rng.random() < 0.6 else TAGS[rng.integers(0, 5)] for t in s] for s in labels]
             runs.append((labels, noisier, noisy))
         elif task_name == "stsb":
-            labels = rng.uniform(0, 5, n).astype(np.float32)
+            labels = stsb_labels
             runs.append((labels.tolist(), (labels + rng.normal(0, 2, n)).astype(np.float32).tolist(),
                          (labels + rng.normal(0, 1, n)).astype(np.float32).tolist()))
         else:
-            classes = 3 if task_name == "mnli" else 2
-            labels = rng.integers(0, classes, n)
+            classes, labels = 3 if task_name == "mnli" else 2, class_labels
             flip = lambda q: np.where(rng.random(n) < q, rng.integers(0, classes, n), labels)  # noqa: E731
             runs.append((labels.tolist(), flip(0.6).tolist(), flip(0.3).tolist()))
     return runs
@@ -59,7 +63,7 @@ def brute_force(task, metric, runs, samples):
             changes = []
             for j in range(len(runs)):
                 labels, at_k, at_zero = runs[seed_positions[b, j]]
-                index = examples[b, j]
+                index = examples[b]  # one example draw per resample, for every seed in it
                 pick = lambda values: [values[i] for i in index]  # noqa: E731
                 value = reference_metric(name, pick(labels), pick(at_k))
                 reference = reference_metric(name, pick(labels), pick(at_zero))
@@ -101,26 +105,24 @@ def test_chunks_do_not_change_the_statistics(monkeypatch):
 
 
 def test_exactly_enumerated_two_seeds_three_examples():
-    """Two seeds, three examples: every outcome of the hierarchical resampling enumerated with its probability,
-    against the distribution of 20000 bootstrap statistics (the Kolmogorov distance of the two)."""
+    """Two seeds, three examples: every outcome of the resampling (seeds drawn with replacement, one example draw
+    shared by them) enumerated with its probability, against the distribution of 20000 bootstrap statistics (the
+    Kolmogorov distance of the two)."""
     correct = {  # per seed: (correct at k, correct at k = 0), per example
         0: ([1, 0, 0], [1, 1, 0]),
         1: ([0, 1, 1], [1, 1, 1]),
     }
     outcomes = {}  # statistic -> probability
     for seeds in itertools.product(range(2), repeat=2):  # the drawn seeds, each pair with probability 1/4
-        per_seed = []
-        for s in seeds:
-            at_k, at_zero = correct[s]
+        for index in itertools.product(range(3), repeat=3):  # 27 equally likely example draws, shared
             changes = []
-            for index in itertools.product(range(3), repeat=3):  # 27 equally likely example draws
+            for s in seeds:
+                at_k, at_zero = correct[s]
                 reference = np.mean([at_zero[i] for i in index])
                 value = np.mean([at_k[i] for i in index])
                 changes.append(np.nan if reference == 0 else (value - reference) / reference)
-            per_seed.append(changes)
-        for a, b in itertools.product(*per_seed):
-            key = round((a + b) / 2, 12)
-            outcomes[key] = outcomes.get(key, 0) + 1 / 4 / 27 / 27
+            key = round(np.mean(changes), 12)
+            outcomes[key] = outcomes.get(key, 0) + 1 / 4 / 27
     defined = {v: p for v, p in outcomes.items() if not np.isnan(v)}
     total = sum(defined.values())
     values = np.array(sorted(defined))
@@ -153,6 +155,34 @@ def test_hand_checkable_extremes():
     assert percentile_interval([np.nan] * 6 + [0.1] * 4) is None  # mostly undefined: no interval
     with pytest.raises(PapaError, match="different numbers of examples"):
         paired_bootstrap([same, lost[:2] + (4,)], 10)
+
+
+def test_seeds_that_add_nothing_do_not_narrow_the_interval():
+    """Every seed is scored on the same examples, so S copies of one seed's runs carry that seed's information and
+    no more: the interval stays as wide as the one seed's (drawing examples anew per seed narrowed it as 1/√S)."""
+    task, rng, n = get_task("sst2"), np.random.default_rng(4), 500
+    labels = rng.integers(0, 2, n)
+    at_zero = np.where(rng.random(n) < 0.85, labels, 1 - labels)
+    at_k = np.where(rng.random(n) < 0.9, at_zero, 1 - at_zero)
+    pair = (resampled_metric(task, "accuracy", labels, at_k), resampled_metric(task, "accuracy", labels, at_zero), n)
+    widths = []
+    for copies in (1, 16):
+        low, high = percentile_interval(paired_bootstrap([pair] * copies, 2000))
+        widths.append(high - low)
+    assert widths[1] == pytest.approx(widths[0], rel=0.1)  # the nested draws gave a quarter of it
+
+
+def test_seeds_scored_on_other_examples_are_refused(tmp_path):
+    task = get_task("sst2")
+    for name, labels in (("k_0", [0, 1, 1]), ("k_1", [0, 1, 1]), ("seed_2/k_0", [1, 1, 0]), ("seed_2/k_1", [1, 1, 0])):
+        (tmp_path / name).mkdir(parents=True)
+        (tmp_path / name / "eval_predictions.jsonl").write_text("".join(
+            json.dumps({"index": i, "label": y, "prediction": 0}) + "\n" for i, y in enumerate(labels)))
+    store = intervals.PredictionStore(task)
+    runs, references = [str(tmp_path / "k_1"), str(tmp_path / "seed_2/k_1")], [str(tmp_path / "k_0"),
+                                                                                 str(tmp_path / "seed_2/k_0")]
+    with pytest.raises(PapaError, match="seed_2/k_1 and .*k_1 were evaluated on different examples"):
+        intervals.change_distribution(store, runs, references, "eval_accuracy", 10)
 
 
 def test_the_interval_shrinks_as_examples_grow():

@@ -3,8 +3,8 @@ relative change's 95% interval; results_per_seed.csv keeps every (k, seed) row.
 
 Each seed's table is what a one-seed sweep builds (papa.sweep.results.build_results and
 add_control_columns): its changes are against the same seed's k = 0 run. A change's point estimate is
-the mean over seeds of those per-seed changes, and its interval comes from the paired hierarchical
-bootstrap over seeds and evaluation examples (papa.sweep.intervals) on the runs' eval_predictions.jsonl.
+the mean over seeds of those per-seed changes, and its interval comes from the paired bootstrap over
+seeds and evaluation examples (papa.sweep.intervals) on the runs' eval_predictions.jsonl.
 """
 
 import os

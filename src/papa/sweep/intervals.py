@@ -1,13 +1,15 @@
-"""Paired hierarchical bootstrap intervals on relative changes: how sure the sweep is that k heads cost X%.
+"""Paired bootstrap intervals on relative changes: how sure the sweep is that k heads cost X%.
 
 A change at k is measured per seed, `±(m_k − m_0) / |m_0|` on the same evaluation examples (− for a metric
 where lower is better, so a change is always one in performance, negative = worse), and its
-point estimate is the mean over seeds. One bootstrap resample draws the seeds with replacement and,
-within each drawn seed, the evaluation examples with replacement; the same example indices score the
-run at k and that seed's k = 0 run (paired: the examples' own difficulty cancels), and the statistic
-is the mean over the drawn seeds of the per-seed change. The 95% interval is the 2.5th and 97.5th
-percentile of `samples` such statistics (`percentile_interval`). One seed: the interval is over
-examples alone.
+point estimate is the mean over seeds. Every seed is scored on the same evaluation set, so seeds and
+examples are crossed, not nested: one bootstrap resample draws the seeds with replacement and, once,
+the evaluation examples with replacement; those example indices score every drawn seed's run at k and
+its k = 0 run (paired: the examples' own difficulty cancels), and the statistic is the mean over the
+drawn seeds of the per-seed change. (Drawing examples anew for each seed would average the evaluation
+set's own sampling noise over seeds that share it, and narrow the interval as 1/√seeds.) The 95% interval
+is the 2.5th and 97.5th percentile of `samples` such statistics (`percentile_interval`). One seed: the
+interval is over examples alone.
 
 A metric that is not a mean of per-example scores is recomputed on every resample, vectorised over
 resamples: from per-example additive columns summed with one matrix product (accuracy, binary F1,
@@ -127,12 +129,12 @@ def task_seed(task):
 
 
 def draws(rng, num_seeds, num_examples, samples):
-    """Yield the resamples in chunks: (drawn seed positions (c, S), example indices (c, S, n)), c ≤ the rest."""
-    chunk = max(1, CHUNK_ELEMENTS // (num_seeds * num_examples))
+    """Yield the resamples in chunks: (drawn seed positions (c, S), example indices (c, n), shared by the
+    resample's seeds), c ≤ the rest."""
+    chunk = max(1, CHUNK_ELEMENTS // num_examples)
     for start in range(0, samples, chunk):
         c = min(chunk, samples - start)
-        yield rng.integers(0, num_seeds, size=(c, num_seeds)), rng.integers(0, num_examples,
-                                                                            size=(c, num_seeds, num_examples))
+        yield rng.integers(0, num_seeds, size=(c, num_seeds)), rng.integers(0, num_examples, size=(c, num_examples))
 
 
 def paired_bootstrap(pairs, samples, seed=BOOTSTRAP_SEED, direction=1):
@@ -150,12 +152,15 @@ def paired_bootstrap(pairs, samples, seed=BOOTSTRAP_SEED, direction=1):
     for seed_positions, examples in draws(rng, len(pairs), num_examples, samples):
         change = np.empty(seed_positions.shape)  # (c, S): the per-seed change of each drawn seed
         for s, (at_k, at_zero, _) in enumerate(pairs):
-            drawn = seed_positions == s
-            if drawn.any():
-                index = examples[drawn]  # (m, n): the same examples for k and for k = 0
+            drawn = seed_positions == s  # (c, S)
+            rows = drawn.any(axis=1)  # the resamples that drew seed s, once or more
+            if rows.any():
+                index = examples[rows]  # (m, n): the resample's examples, for k and for k = 0
                 value, reference = at_k(index), at_zero(index)
+                per_row = np.full(len(rows), np.nan)
                 with np.errstate(divide="ignore", invalid="ignore"):
-                    change[drawn] = direction * (value - reference) / np.abs(reference)
+                    per_row[rows] = direction * (value - reference) / np.abs(reference)
+                change = np.where(drawn, per_row[:, None], change)
         stats.append(change.mean(axis=1))
     return np.concatenate(stats)
 
@@ -194,14 +199,16 @@ class PredictionStore:
 def change_distribution(store, folders, reference_folders, metric, samples):
     """The bootstrap statistics of the mean relative change of `metric` (an eval_results key): run `folders[i]`
     against `reference_folders[i]` (k = 0), one pair per seed; None when the metric has no recipe."""
-    pairs = []
+    pairs, first = [], None
+    what = "labels" if store.task.kind != "lm" else "blocks"
     for folder, reference in zip(folders, reference_folders):
         (at_k, examples), (at_zero, reference_examples) = store.metric(folder, metric), store.metric(reference, metric)
         if at_k is None:
             return None
-        if examples != reference_examples:
-            what = "labels" if store.task.kind != "lm" else "blocks"
-            raise PapaError(f"{folder} and {reference} were evaluated on different examples (their "
-                            f"{metric_file(metric)[0]} {what} differ); delete one to redo it on the same data")
+        for other, other_examples in ((reference, reference_examples), first or (reference, reference_examples)):
+            if examples != other_examples:  # the bootstrap scores every seed's runs on the same example indices
+                raise PapaError(f"{folder} and {other} were evaluated on different examples (their "
+                                f"{metric_file(metric)[0]} {what} differ); delete one to redo it on the same data")
+        first = first or (folder, examples)
         pairs.append((at_k, at_zero, len(examples)))
     return paired_bootstrap(pairs, samples, seed=task_seed(store.task), direction=store.task.direction(metric))

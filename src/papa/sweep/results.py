@@ -138,7 +138,8 @@ def interval_note(rows, bootstrap_samples):
                      "over seeds of the change of the same seed's runs.")
     if any(r.get(c) is not None for r in rows for c in r if c.endswith("_ci_low")):
         parts.append(f"[low, high]: 95% interval of the change from a paired bootstrap ({bootstrap_samples} "
-                     "resamples of the seeds and, within each, of the evaluation examples, the same for k and k=0); "
+                     "resamples of the seeds and of the evaluation examples, the same examples for every seed, "
+                     "k and k=0); "
                      "* marks an interval that excludes 0: a change distinguishable from noise at this budget.")
     return " ".join(parts) or None
 
