@@ -185,6 +185,20 @@ def test_seeds_scored_on_other_examples_are_refused(tmp_path):
         intervals.change_distribution(store, runs, references, "eval_accuracy", 10)
 
 
+@pytest.mark.parametrize("task_name, bad", [("sst2", None), ("sst2", "one"), ("stsb", [1.0]), ("ner", 3),
+                                            ("lm", "x")])
+def test_a_value_of_the_wrong_kind_is_one_clear_error(tmp_path, task_name, bad):
+    task = get_task(task_name)
+    good = {"lm": {"tokens": 7, "nll_sum": 1.5}, "ner": {"label": ["O"], "prediction": ["O"]},
+            "stsb": {"label": 1.0, "prediction": 2.0}}.get(task_name, {"label": 1, "prediction": 0})
+    wrong = dict(good, **{"nll_sum" if task_name == "lm" else "prediction": bad})
+    (tmp_path / "eval_predictions.jsonl").write_text("".join(
+        json.dumps({"index": i, **record}) + "\n" for i, record in enumerate([good, wrong, good])))
+    metric = {"lm": "eval_perplexity", "ner": "eval_f1", "stsb": "eval_pearson"}.get(task_name, "eval_accuracy")
+    with pytest.raises(PapaError, match=r"eval_predictions.jsonl holds a value that is not .*delete the run's folder"):
+        intervals.PredictionStore(task).metric(str(tmp_path), metric)
+
+
 def test_the_interval_shrinks_as_examples_grow():
     task, widths = get_task("sst2"), []
     for n in (50, 5000):

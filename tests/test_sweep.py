@@ -331,6 +331,8 @@ def test_a_failing_stage_stops_the_sweep_cleanly(tiny_sweep, tmp_path):
     assert "Traceback" not in proc.stderr
     assert not (copy / "sort" / "stage.json").exists()  # no stamp: the next run redoes it
     assert (copy / "avgs" / "stage.json").is_file()
+    # the results of the earlier run described stages now being redone: gone, not left to be read as current
+    assert (out / "results.csv").is_file() and not list(copy.glob("results*")) and not (copy / "lambdas.png").exists()
 
 
 @pytest.mark.slow

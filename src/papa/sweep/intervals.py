@@ -189,10 +189,15 @@ class PredictionStore:
         key = (folder, metric)
         if key not in self.cache:
             file, name = metric_file(metric)
-            labels, predictions, *identities = read_predictions(os.path.join(folder, file), record_keys(self.task),
-                                                                identity_keys(self.task))
+            path = os.path.join(folder, file)
+            labels, predictions, *identities = read_predictions(path, record_keys(self.task), identity_keys(self.task))
             examples = list(zip(labels, *identities)) if identities else labels
-            self.cache[key] = (resampled_metric(self.task, name, labels, predictions), examples)
+            try:
+                resampled = resampled_metric(self.task, name, labels, predictions)
+            except (ValueError, TypeError) as err:  # a value of the wrong kind (null, text, a list for a number)
+                raise PapaError(f"{path} holds a value that is not a {self.task.name} label or prediction ({err}); "
+                                "delete the run's folder to redo it") from None
+            self.cache[key] = (resampled, examples)
         return self.cache[key]
 
 

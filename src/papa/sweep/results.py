@@ -279,6 +279,19 @@ def is_summary_column(column):
     return column != "n_seeds" and not column.endswith(("_std", "_ci_low", "_ci_high"))
 
 
+RESULTS_FILES = ("results.csv", "results_per_seed.csv", "results.md", "results.png", "lambdas.png",
+                 "constant_matrices.png")
+
+
+def remove_results(output_dir):
+    """Delete a sweep's results files (RESULTS_FILES), before stages they describe are redone: a rerun that then
+    fails leaves no results that no longer match its stages."""
+    for name in RESULTS_FILES:
+        path = os.path.join(output_dir, name)
+        if os.path.exists(path):
+            os.remove(path)
+
+
 def write_results(plan, model_name, stages=()):
     """results.csv, results_per_seed.csv, results.md, results.png, lambdas.png, constant_matrices.png for `plan`
     (papa.sweep.run.Plan)."""

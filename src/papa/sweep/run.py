@@ -30,7 +30,7 @@ from . import controls
 from .child import start_fork_server
 from .defaults import averaging_flags, check_passthrough, default_static_heads_nums, task_defaults
 from .launchers import check_launcher, make_launcher, run_scheduled, sweep_tasks
-from .results import write_results
+from .results import remove_results, write_results
 from .stages import Stage, human, run_stage
 
 
@@ -278,6 +278,8 @@ def begin_sweep(prepared):
     save_sweep_json(plan, args, prepared.passthrough)
     controls.write_artifacts(plan.output_dir, plan.controls, plan.layers, plan.heads_per_layer, plan.max_seq_length,
                              args.seed)
+    if any(stage.why_not_done(stage.fingerprint(plan.output_dir)) for stage in prepared.stages):
+        remove_results(plan.output_dir)  # they describe stages about to be redone; written again at the end
     return time.monotonic(), stage_env(args, plan)
 
 
