@@ -84,7 +84,9 @@ def flags_markdown():
              "src/papa/benchmark/arguments.py) and HF's TrainingArguments, as each command's `--help` shows them: do not "
              "edit by hand. Every flag also takes its dashed spelling (`--task-name`); a boolean flag takes a value "
              "or none (`--do_train` = `--do_train true`; `false`, `0`, `no` are false); a single argument ending "
-             "in `.json` is a file of arguments.", ""]
+             "in `.json` is a file of arguments. Not in the tables: `--evaluation_strategy`, transformers 4's spelling, "
+             "still taken (as `--eval_strategy`), and `--traceback`, taken by every command (a failing run shows its "
+             "traceback).", ""]
     for command, what, sections in COMMANDS:
         lines += [f"## {command}", "", f"{what[0].upper()}{what[1:]}.", ""]
         for title, dataclass_type in sections:
