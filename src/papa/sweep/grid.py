@@ -142,7 +142,7 @@ def run_pairs_launched(pairs, launcher):
     starts, tasks = {}, []
     for index, pair in enumerate(pairs, 1):
         print(f"\n[grid] {index}/{len(pairs)} {pair_name(pair)}", flush=True)
-        starts[pair_name(pair)], env = begin_sweep(pair)
+        starts[pair_name(pair)], env, _ = begin_sweep(pair)
         tasks += sweep_tasks(pair_name(pair), pair.stages, pair.plan.output_dir, env, pair.args.verbose)
     print(flush=True)
     errors = run_scheduled(tasks, launcher)

@@ -210,10 +210,11 @@ def change_distribution(store, folders, reference_folders, metric, samples):
         (at_k, examples), (at_zero, reference_examples) = store.metric(folder, metric), store.metric(reference, metric)
         if at_k is None:
             return None
-        for other, other_examples in ((reference, reference_examples), first or (reference, reference_examples)):
-            if examples != other_examples:  # the bootstrap scores every seed's runs on the same example indices
+        first = first or (folder, examples)
+        # the bootstrap scores every seed's runs, k and k = 0, on the same example indices
+        for other, other_examples in ((reference, reference_examples), first):
+            if examples != other_examples:
                 raise PapaError(f"{folder} and {other} were evaluated on different examples (their "
                                 f"{metric_file(metric)[0]} {what} differ); delete one to redo it on the same data")
-        first = first or (folder, examples)
         pairs.append((at_k, at_zero, len(examples)))
     return paired_bootstrap(pairs, samples, seed=task_seed(store.task), direction=store.task.direction(metric))

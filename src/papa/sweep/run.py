@@ -268,7 +268,8 @@ def prepare_sweep(args, task, passthrough=()):
 
 
 def begin_sweep(prepared):
-    """Before a sweep's stages: its header line, sweep.json, the controls' artifacts; (start time, the stages' env)."""
+    """Before a sweep's stages: its header line, sweep.json, the controls' artifacts; (start time, the stages' env,
+    whether any stage is to be run)."""
     args, plan, model_name = prepared.args, prepared.plan, prepared.model_name
     os.makedirs(plan.output_dir, exist_ok=True)
     shown = f"; controls: {' '.join(plan.controls)}" if plan.controls else ""
@@ -278,9 +279,10 @@ def begin_sweep(prepared):
     save_sweep_json(plan, args, prepared.passthrough)
     controls.write_artifacts(plan.output_dir, plan.controls, plan.layers, plan.heads_per_layer, plan.max_seq_length,
                              args.seed)
-    if any(stage.why_not_done(stage.fingerprint(plan.output_dir)) for stage in prepared.stages):
+    pending = any(stage.why_not_done(stage.fingerprint(plan.output_dir)) for stage in prepared.stages)
+    if pending:
         remove_results(plan.output_dir)  # they describe stages about to be redone; written again at the end
-    return time.monotonic(), stage_env(args, plan)
+    return time.monotonic(), stage_env(args, plan), pending
 
 
 def finish_sweep(prepared, start):
@@ -300,9 +302,9 @@ def execute_sweep(prepared, launcher=None):
 
     `launcher`: None runs the stages one at a time (inline); else a papa.sweep.launchers launcher."""
     plan = prepared.plan
-    start, env = begin_sweep(prepared)
+    start, env, pending = begin_sweep(prepared)
     if launcher is None:
-        if any(stage.why_not_done(stage.fingerprint(plan.output_dir)) for stage in prepared.stages):
+        if pending:
             start_fork_server()  # the stages' imports (papa.fork_server), while the sweep writes its files
         for index, stage in enumerate(prepared.stages, 1):
             run_stage(stage, index, len(prepared.stages), plan.output_dir, env, verbose=prepared.args.verbose)
