@@ -4,7 +4,8 @@
 `PapaAttention` and one family adapter (papa/families/<family>.py). The adapter knows the
 family's projections, masks and return values; this module knows what PAPA does with heads:
 
-- dynamic heads attend as the stock model does (their Q/K remain);
+- dynamic heads attend as the stock model does (their Q/K remain; in a layer with replaced heads the
+  pruned Q and K projections run as one GEMM, `papa_projections`, as two half-width ones are slower);
 - replaced heads either attend with a constant matrix, norm(C·P) ("constant", PAPA itself), or
   output a fixed mean context vector per position ("mean_output", an ablation control); their
   Q/K (and position projections) are pruned;
@@ -57,7 +58,7 @@ import torch
 from ..constant_math import (constant_attention_output, constants_in, dropped_constant_output, in_place_ok,
                              mean_output, normalize_rows, normalized_constant)
 from ..errors import PapaError
-from .pruning import head_rows, input_dim
+from .pruning import head_rows, input_dim, joint_linear
 
 try:  # transformers 5 records `output_attentions` through this context variable
     from transformers.utils.output_capturing import _active_collector
@@ -257,6 +258,13 @@ class PapaAttention:
             torch.mul(dynamic, row_valid, out=context[:, :, :D])
         self._replaced_output(values[:, :, D:], valid, out=context[:, :, D:])
         return context
+
+    def papa_projections(self, x, *linears):
+        """(linear(x) for linear in linears): the pruned Q/K projections of a layer with replaced heads as one GEMM
+        (`joint_linear`); an all-dynamic layer's as the stock forward runs them."""
+        if self.static_heads:
+            return joint_linear(x, *linears)
+        return tuple(linear(x) for linear in linears)
 
     def _replacements(self):
         return [p for p in (self.constant_matrices, self.mean_outputs) if p is not None]

@@ -38,9 +38,8 @@ class PapaBertLikeAttention(PapaAttention):
         """Queries and keys of the dynamic heads: (B, D, T, d) each."""
         B, T, _ = call.hidden_states.shape
         shape = (B, T, len(self.dynamic_heads), self.attention_head_size)
-        query = self.query(call.hidden_states).view(shape).transpose(1, 2)
-        key = self.key(call.hidden_states).view(shape).transpose(1, 2)
-        return query, key
+        query, key = self.papa_projections(call.hidden_states, self.query, self.key)
+        return query.view(shape).transpose(1, 2), key.view(shape).transpose(1, 2)
 
     def papa_scores(self, call):
         query, key = self._queries_keys(call)

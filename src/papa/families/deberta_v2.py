@@ -27,8 +27,8 @@ class PapaDebertaV2Attention(PapaDebertaAttentionBase):
         D, d = len(self.dynamic_heads), self.attention_head_size
         scale_factor = 1 + ("c2p" in self.pos_att_type) + ("p2c" in self.pos_att_type)
         scale = (d * scale_factor) ** 0.5
-        query = self.query_proj(hidden).view(B, T, D, d).transpose(1, 2)
-        key = self.key_proj(hidden).view(B, T, D, d).transpose(1, 2)
+        query, key = self.papa_projections(hidden, self.query_proj, self.key_proj)
+        query, key = query.view(B, T, D, d).transpose(1, 2), key.view(B, T, D, d).transpose(1, 2)
         bias = 0
         if self.relative_attention and call.extra["rel_embeddings"] is not None:
             span = self.pos_ebd_size

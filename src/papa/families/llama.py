@@ -66,8 +66,8 @@ class PapaLlamaAttention(PapaAttention):
         from transformers.models.llama.modeling_llama import apply_rotary_pos_emb  # the same in every family here
 
         B, T, _ = call.hidden_states.shape
-        query = self.q_proj(call.hidden_states).view(B, T, -1, self.head_dim)
-        key = self.k_proj(call.hidden_states).view(B, T, -1, self.head_dim)
+        query, key = self.papa_projections(call.hidden_states, self.q_proj, self.k_proj)
+        query, key = query.view(B, T, -1, self.head_dim), key.view(B, T, -1, self.head_dim)
         if hasattr(self, "q_norm"):  # Qwen3, Gemma3: RMS norms over each head's d, before the rotation
             query, key = self.q_norm(query), self.k_norm(key)
         query, key = query.transpose(1, 2), key.transpose(1, 2)
