@@ -1,14 +1,14 @@
 """What a mixed layer costs beyond whole constant layers, operator by operator (torch.profiler), in one process.
 
-MiniLM, batch 32, T = 64, every third row's last quarter padded (the issue's check), random constants: PAPA with
-every other head constant (every layer mixes both kinds), PAPA with the first three layers constant (the same 36
-heads' worth of FLOPs removed, no layer mixed), and the stock SDPA model, interleaved. Each forward is profiled; an
-operator's self CPU time is summed per forward by (operator, input shapes), so GEMMs of different widths stay apart.
-Printed: medians over rounds (the first three dropped) in ms per forward, and the paired median of the difference
-every-other-head − first-three-layers per row, whose sum is what mixing costs. The profiler adds a little time to
-every operator alike.
+MiniLM, batch 32, T = 64 (or as given), every third row's last quarter padded (the issue's check), random constants:
+PAPA with every other head constant (every layer mixes both kinds), PAPA with the first three layers constant (the
+same 36 heads' worth of FLOPs removed, no layer mixed), and the stock SDPA model, interleaved. Each forward is
+profiled; an operator's self CPU time is summed per forward by (operator, input shapes), so GEMMs of different widths
+stay apart. Printed: medians over rounds (the first three dropped) in ms per forward, and the paired median of the
+difference every-other-head − first-three-layers per row, whose sum is what mixing costs. The profiler adds a little
+time to every operator alike.
 
-    python benchmarks/mixed_layers_ops.py [rounds, default 40]
+    python benchmarks/mixed_layers_ops.py [rounds, default 40] [T, default 64]
 """
 
 import collections
@@ -18,7 +18,7 @@ import sys
 import torch
 from torch.profiler import ProfilerActivity, profile
 
-from mixed_layers_parts import B, T, models_to_compare  # this folder is on sys.path when run as a script
+from mixed_layers_parts import B, models_to_compare  # this folder is on sys.path when run as a script
 
 SHOWN_MS = 0.2  # rows below this in every model are summed into "other"
 
@@ -34,8 +34,8 @@ def profiled_ms(model, ids, mask):
     return times
 
 
-def main(rounds):
-    models, ids = models_to_compare()
+def main(rounds, T=64):
+    models, ids = models_to_compare(T)
     mask = torch.ones(B, T, dtype=torch.long)
     mask[::3, 3 * T // 4:] = 0
     runs = {name: [] for name in models}
@@ -66,4 +66,4 @@ def main(rounds):
 
 
 if __name__ == "__main__":
-    main(int(sys.argv[1]) if len(sys.argv) > 1 else 40)
+    main(*(int(a) for a in sys.argv[1:3]))

@@ -34,9 +34,9 @@ def timed_parts(model, times, name):
                 (name, part), []).append(time.perf_counter() - started[0]))
 
 
-def models_to_compare():
+def models_to_compare(T=T):
     """{"every other head", "first three layers": PAPA with random constants, "stock": the stock SDPA model} in eval
-    mode, and the input ids (B, T); shared with benchmarks/mixed_layers_ops.py."""
+    mode, and the input ids (B, T) at sequence length T; shared with benchmarks/mixed_layers_ops.py."""
     stock = AutoModel.from_pretrained(default_model_path(), attn_implementation="sdpa").eval()
     constants = torch.rand(L, H, T, T, generator=torch.Generator().manual_seed(0))
     heads = {"every other head": [[layer, h] for layer in range(L) for h in range(1, H, 2)],
