@@ -59,6 +59,9 @@ def test_joint_linear_leaves_other_layers_their_own_forward():
     assert_close(joint_linear(x, plain, shifted)[1], shifted(x))
     mismatched = nn.Linear(8, 4, bias=False)
     assert_close(joint_linear(x, plain, mismatched)[1], x @ mismatched.weight.T)
+    offloaded = nn.Linear(8, 4)
+    offloaded.forward = lambda inputs: torch.zeros(2, 4)  # as accelerate's hooks replace an instance's forward
+    assert joint_linear(x, plain, offloaded)[1].eq(0).all()
     calls = []
     other.register_forward_hook(lambda *args: calls.append(1))
     joint_linear(x, plain, other)

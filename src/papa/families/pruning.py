@@ -63,11 +63,12 @@ def keep_bias(bias, rows):
 
 
 def _plain(linear):
-    """A stock nn.Linear that no hook watches: calling it is F.linear(x, weight, bias) and nothing else."""
+    """A stock nn.Linear that no hook watches and whose forward nobody replaced (accelerate's offloading does):
+    calling it is F.linear(x, weight, bias) and nothing else."""
     hooks = (linear._forward_hooks, linear._forward_pre_hooks,
              getattr(nn.modules.module, "_global_forward_hooks", None),
              getattr(nn.modules.module, "_global_forward_pre_hooks", None))
-    return type(linear) is nn.Linear and not any(hooks)
+    return type(linear) is nn.Linear and "forward" not in vars(linear) and not any(hooks)
 
 
 def joint_linear(x, *linears):
@@ -76,9 +77,11 @@ def joint_linear(x, *linears):
     A pruned layer's queries and keys are two half-width GEMMs, which on CPU run up to ~15% slower than one of
     their joint width (benchmarks/README.md, "Partly constant layers"); concatenating the weights costs less than
     that. Under autograd the concatenation is differentiable, so trained projections get their gradients. Any
-    other kind of layer (LoRA, quantised, a hook on it, a bias on one only) runs its own forward.
+    other kind of layer (LoRA, quantised, offloaded, a hook on it, a bias, device or dtype of its own) runs its
+    own forward.
     """
-    if len(linears) < 2 or not all(map(_plain, linears)) or len({l.bias is None for l in linears}) > 1:
+    if (len(linears) < 2 or not all(map(_plain, linears))
+            or len({(l.weight.device, l.weight.dtype, l.bias is None) for l in linears}) > 1):
         return tuple(linear(x) for linear in linears)
     weight = torch.cat([linear.weight for linear in linears])
     bias = None if linears[0].bias is None else torch.cat([linear.bias for linear in linears])
