@@ -20,7 +20,8 @@ from transformers import AutoModel
 
 import papa.hugepages
 from papa.attention import patch_model
-from papa.benchmark.workloads import FAMILY_CONFIGS, stock_implementation
+from papa.benchmark.workloads import (FAMILY_CONFIGS, every_other, layer_major, random_constants,
+                                     stock_implementation)
 from papa.families import PapaAttention
 from papa.modeling import default_model_path
 
@@ -42,17 +43,16 @@ def main(T=64, rounds=40, model_type=None, B=32):
     papa.hugepages.enable()
     stock = stock_model(model_type)
     L, H = stock.config.num_hidden_layers, stock.config.num_attention_heads
-    constants = torch.rand(L, H, T, T, generator=torch.Generator().manual_seed(0))
-    every_other = [[layer, h] for layer in range(L) for h in range(1, H, 2)]
-    first_half = [[layer, h] for layer in range(L // 2) for h in range(H)]
-    mixed = patch_model(copy.deepcopy(stock), constants, static_heads=every_other).eval()
-    whole = patch_model(copy.deepcopy(stock), constants, static_heads=first_half).eval()
+    constants = random_constants(stock.config, T)
+    mixed = patch_model(copy.deepcopy(stock), constants, static_heads=every_other(L, H)[: L * H // 2]).eval()
+    whole = patch_model(copy.deepcopy(stock), constants, static_heads=layer_major(L, H)[: L // 2 * H]).eval()
     ids = torch.randint(1000, 20000, (B, T), generator=torch.Generator().manual_seed(1))  # in every vocabulary here
     mask = torch.ones(B, T, dtype=torch.long)
     mask[:, 3 * T // 4:] = 0
     joint = PapaAttention.papa_projections
     variants = {"stock": (stock, joint), "every other head, Q/K joint": (mixed, joint),
-                "every other head, Q/K apart": (mixed, separate_projections), "first half of the layers": (whole, joint)}
+                "every other head, Q/K apart": (mixed, separate_projections),
+                "first half of the layers": (whole, joint)}
 
     def timed(model, projections):
         PapaAttention.papa_projections = projections
