@@ -180,7 +180,10 @@ def patch_model(model, constant_matrices=None, static_heads=None, mix_all_heads=
         tensor = replacements[index, stored].to(reference.device, reference.dtype).clone() if stored else None
         module.constant_matrices = nn.Parameter(tensor) if tensor is not None and head_mode == "constant" else None
         module.mean_outputs = nn.Parameter(tensor) if tensor is not None and head_mode == "mean_output" else None
-        module.lambdas = nn.Parameter(torch.zeros(num_heads, device=reference.device)) if mix_all_heads else None
+        # λ in float32, or float64 in a float64 model (a float32 σ(λ) was the one float32 step left there)
+        lambda_dtype = torch.promote_types(reference.dtype, torch.float32)
+        module.lambdas = (nn.Parameter(torch.zeros(num_heads, device=reference.device, dtype=lambda_dtype))
+                          if mix_all_heads else None)
         band = module.papa_band(seq_len)
         module.register_buffer("papa_band_mask", None if band is None else band.to(reference.device), persistent=False)
         if reorder:
