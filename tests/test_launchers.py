@@ -134,11 +134,10 @@ def test_bad_launcher_input_stops_before_anything_runs(tmp_path, argv, message):
 
 
 def test_slurm_without_sbatch_is_one_clear_error(tmp_path):
-    bin_dir = tmp_path / "bin"  # this interpreter and nothing else: no sbatch
-    bin_dir.mkdir()
-    os.symlink(sys.executable, bin_dir / "python")
-    proc = run_command([bin_dir / "python", script("run_papa_sweep.py")[1], "--output_dir", tmp_path / "out",
-                        "--launcher", "slurm"], check=False, env={"PATH": str(bin_dir)})
+    empty = tmp_path / "bin"  # a PATH with nothing on it: no sbatch. The interpreter is this one, by its own path:
+    empty.mkdir()  # a venv's python reached through a link elsewhere loses its pyvenv.cfg and runs as the base one
+    proc = run_command(script("run_papa_sweep.py") + ["--output_dir", tmp_path / "out", "--launcher", "slurm"],
+                       check=False, env={"PATH": str(empty)})
     assert proc.returncode == 2 and "Traceback" not in proc.stderr
     assert proc.stderr.strip() == ("error: --launcher slurm: `sbatch` is not on PATH (this is not a Slurm login "
                                    "node); run the sweep where Slurm is, or use --launcher local")
