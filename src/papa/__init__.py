@@ -3,6 +3,7 @@
     patch_model            make heads constant (or mix all heads), in place
     accumulate_attention   average each head's attention over data → the constant matrices
     build_model, set_trainable, save_papa_model, load_papa_model
+    default_model_path, default_decoder_path   the bundled MiniLM (encoder) and SmolLM2-135M (decoder, .gguf)
     sorted_heads_from_lambdas, save_ranking, load_sorted_heads, first_k_heads
 
 Importing papa changes nothing in the process; the commands (papa.cli) ask PyTorch for huge pages
@@ -12,6 +13,7 @@ before its first model.
 
 from .attention import lambdas_array, load_constant_matrices, patch_model
 from .averaging import AttentionAverager, accumulate_attention
+from .bundled import default_decoder_path
 from .errors import PapaError
 from .modeling import build_model, default_model_path, load_papa_model, save_papa_model, set_trainable
 from .poolers import FreezeExtractForSequenceClassification, FreezeExtractForTokenClassification
@@ -19,7 +21,7 @@ from .ranking import first_k_heads, load_sorted_heads, save_ranking, sorted_head
 
 __all__ = [
     "AttentionAverager", "FreezeExtractForSequenceClassification", "FreezeExtractForTokenClassification",
-    "PapaError", "accumulate_attention", "build_model", "default_model_path", "first_k_heads", "lambdas_array",
+    "PapaError", "accumulate_attention", "build_model", "default_decoder_path", "default_model_path", "first_k_heads", "lambdas_array",
     "load_constant_matrices", "load_papa_model", "load_sorted_heads", "patch_model", "save_papa_model",
     "save_ranking", "set_trainable", "sorted_heads_from_lambdas",
 ]

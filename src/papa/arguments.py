@@ -46,7 +46,8 @@ class ModelArguments:
     model_name_or_path: str | None = field(default=None, metadata={
         "help": "HF model name or folder, of any supported family: the encoders BERT, RoBERTa, XLM-R, CamemBERT, "
                 "ELECTRA, DeBERTa v1/v2/v3, ModernBERT and the decoders GPT-2, Llama, Mistral, Qwen2, Qwen3, Gemma2, "
-                "Gemma3 (text), Granite, SmolLM3. Default: the bundled all-MiniLM-L6-v2."})
+                "Gemma3 (text), Granite, SmolLM3; or a .gguf file (converted once, papa.gguf), or `smollm2` (the bundled "
+                "SmolLM2-135M-Instruct). Default: the bundled all-MiniLM-L6-v2."})
     config_name: str | None = field(default=None, metadata={"help": "Config name or folder, if not the model's."})
     tokenizer_name: str | None = field(default=None, metadata={"help": "Tokenizer name or folder, if not the model's."})
     cache_dir: str | None = field(default=None, metadata={"help": "Where to cache models and datasets from the hub."})
@@ -91,7 +92,8 @@ class ModelArguments:
 
 
 TASK_HELP = ("Task (case-insensitive): cola sst2 mrpc qqp stsb mnli qnli rte wnli repeat, lm (language modelling "
-             "with a decoder's own LM head; plain text files) (run_papa_glue*), ner pos chunk (run_papa_ner*; default ner). Sequence tasks: omit it for your own CSV/JSON files or --dataset_name "
+             "with a decoder's own LM head; plain text files), lm_qnli / lm_mrpc (the same on the sentences of GLUE's QNLI / "
+             "MRPC TSVs in --data_dir) (run_papa_glue*), ner pos chunk (run_papa_ner*; default ner). Sequence tasks: omit it for your own CSV/JSON files or --dataset_name "
              "(labels from the data). Token tasks: any other name for your own tag set (JSON files or --dataset_name).")
 TRAIN_FILE_HELP = ("Training file: GLUE .tsv, or .csv/.json(l) with a 'label' column (text columns: sentence1/"
                    "sentence2, else the first one or two); token tasks: CoNLL .txt/.conll or .json(l) of word and tag lists; lm: plain text, one document per line.")
@@ -173,7 +175,8 @@ class AveragingArguments:
     """run_papa_*_avgs_creator.py: the flags of the original's run_glue_no_trainer-style script."""
 
     model_name_or_path: str | None = field(
-        default=None, metadata={"help": "HF model name or folder. Default: the bundled all-MiniLM-L6-v2."})
+        default=None, metadata={"help": "HF model name or folder, a .gguf file, or `smollm2` (the bundled decoder). "
+                                        "Default: the bundled all-MiniLM-L6-v2."})
     config_name: str | None = field(default=None, metadata={"help": "Config name or folder, if not the model's."})
     tokenizer_name: str | None = field(default=None, metadata={"help": "Tokenizer name or folder, if not the model's."})
     use_slow_tokenizer: bool = field(default=False, metadata={"help": "Sequence tasks: a slow (Python) tokenizer."})

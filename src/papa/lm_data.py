@@ -1,8 +1,10 @@
 """The language-modelling task's data (`--task_name lm`): plain text → blocks of T tokens, as HF's run_clm.py.
 
 Sources, per split: --train_file / --validation_file, plain text with one document per line (each line
-keeps its line break, as run_clm's text loader does by default), else --dataset_name /
---dataset_config_name from the hub (its "text" column, else its first), online only. Every document is
+keeps its line break, as run_clm's text loader does by default); for the lm tasks read off GLUE text (lm_qnli:
+QNLI's Wikipedia sentences; lm_mrpc: MRPC's news sentences) the sentences in --data_dir's TSVs, one per line
+(`glue_sentences`); else --dataset_name / --dataset_config_name from the hub (its "text" column, else its
+first), online only. Every document is
 tokenised as the tokenizer does by default (a Llama tokenizer's BOS included, as in run_clm); the tokens
 of each batch of GROUP_BATCH documents are concatenated and cut into blocks of T, the remainder of the
 batch dropped (run_clm's `group_texts` under `datasets.map(batched=True)`); labels = input_ids (the model
@@ -17,8 +19,9 @@ from pathlib import Path
 import datasets
 
 from .console import stage
-from .data import hub_dataset, hub_split
+from .data import hub_dataset, hub_split, read_glue_tsv
 from .errors import PapaError
+from .task_folders import resolve_data_dir
 
 GROUP_BATCH = 1000  # documents concatenated together: datasets.map's default batch, as in run_clm
 LM_DATA_HINT = ("pass --train_file/--validation_file (plain text, one document per line) or, online, --dataset_name "
@@ -68,16 +71,55 @@ def read_text_file(path, flag) -> list[str]:
     return lines
 
 
+HELD_OUT = 0.2  # a GLUE folder without train.tsv: the last fifth of its dev sentences is the validation text
+
+
+def glue_sentences(task, data_dir) -> dict[str, list[str]]:
+    """{"train": lines, "validation": lines}: the sentences of the task's text column in a GLUE folder, each once (in
+    order of first appearance), one per line, none in both splits.
+
+    train.tsv gives the training text and dev.tsv the validation text; a folder without train.tsv (GLUE's QNLI as
+    shared here: dev only) gives the first 80% of its dev sentences to train and the rest to validation, cut
+    contiguously so that neighbouring rows of one article stay on one side.
+    """
+    folder = resolve_data_dir(data_dir, task, False)
+    files = {split: Path(folder) / name for split, name in (("train", "train.tsv"), ("validation", "dev.tsv"))}
+    if not files["validation"].is_file():
+        raise PapaError(f"--data_dir {folder} has no dev.tsv: {task.name} reads the sentences of GLUE's "
+                        f"{task.glue_folder} TSVs; pass that folder or a root holding it")
+
+    def sentences(path):
+        column = read_glue_tsv(path, task, labels=False)[task.text_columns[0]]
+        return list(dict.fromkeys(s.strip() for s in column if s.strip()))
+
+    validation = sentences(files["validation"])
+    if files["train"].is_file():
+        train = sentences(files["train"])
+        seen = set(train)
+        validation = [s for s in validation if s not in seen]
+    else:
+        cut = round(len(validation) * (1 - HELD_OUT))
+        train, validation = validation[:cut], validation[cut:]
+    return {"train": [s + "\n" for s in train], "validation": [s + "\n" for s in validation]}
+
+
 def load_lm_texts(task, splits, train_file=None, validation_file=None, dataset_name=None, dataset_config_name=None,
-                  cache_dir=None) -> datasets.DatasetDict:
-    """The requested splits ("train", "validation") as datasets with one column, "text": the files, else the hub."""
+                  cache_dir=None, data_dir=None) -> datasets.DatasetDict:
+    """The requested splits ("train", "validation") as datasets with one column, "text": the files, the task's
+    GLUE folder (lm_qnli, lm_mrpc), else the hub."""
     files = {"train": train_file, "validation": validation_file}
+    if task.glue_folder is not None and data_dir is None and not all(files[s] for s in splits if s in files):
+        raise PapaError(f"{task.name} reads the sentences of GLUE's {task.glue_folder} TSVs: pass --data_dir (that "
+                        f"folder, or a root holding it, e.g. ../shared/data)")
+    glue = glue_sentences(task, data_dir) if task.glue_folder is not None else None
     loaded, from_hub = {}, []
     for split in splits:
         if split not in files:
-            raise PapaError(f"--task_name lm has no {split} split (only train and validation)")
+            raise PapaError(f"--task_name {task.name} has no {split} split (only train and validation)")
         if files[split] is not None:
             loaded[split] = datasets.Dataset.from_dict({"text": read_text_file(files[split], FLAGS[split])})
+        elif glue is not None:
+            loaded[split] = datasets.Dataset.from_dict({"text": glue[split]})
         else:
             from_hub.append(split)
     if from_hub:

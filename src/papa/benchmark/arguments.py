@@ -6,14 +6,14 @@ from dataclasses import dataclass, field
 import torch
 
 from ..errors import PapaError
-from ..modeling import default_model_path
+from ..modeling import default_model_path, local_model_path
 from .workloads import FAMILY_CONFIGS, INFERENCE_VARIANTS, PADDED_ROWS, TRAINING_VARIANTS
 
 
 @dataclass
 class BenchmarkArguments:
     model_name_or_path: str | None = field(default=None, metadata={
-        "help": "checkpoint of any supported family (folder or hub name); default: the bundled all-MiniLM-L6-v2"})
+        "help": "checkpoint of any supported family (folder, hub name, .gguf file, or `smollm2`); default: the bundled all-MiniLM-L6-v2"})
     model_type: str | None = field(default=None, metadata={
         "choices": list(FAMILY_CONFIGS),
         "help": "instead of a checkpoint, a random model of this family at its base size "
@@ -76,8 +76,6 @@ class BenchmarkArguments:
                 "of them, every process of every run a cluster"})
 
     def __post_init__(self):
-        if not (self.tiny or self.model_type):
-            self.model_name_or_path = self.model_name_or_path or default_model_path()
         for name in ("batch_size", "repeats", "processes", "avg_batches", "avg_seq_len", "avg_repeats", "train_seq_len",
                      "train_repeats"):
             if getattr(self, name) <= 0:
@@ -91,3 +89,5 @@ class BenchmarkArguments:
         ranked = [v for v in self.variants or [] if INFERENCE_VARIANTS[v].heads == "ranked"]
         if ranked and self.sorted_heads is None:
             raise PapaError(f"--variants '{ranked[0]}' needs --sorted_heads (a ranking run's sorted_heads.json)")
+        if not (self.tiny or self.model_type):  # last: a .gguf file is converted here (papa.gguf), after the checks
+            self.model_name_or_path = local_model_path(self.model_name_or_path) or default_model_path()

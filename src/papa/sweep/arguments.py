@@ -14,11 +14,12 @@ class SweepArguments:
 
     # one value, or several: a grid of every model x task (task_names / model_names list them either way)
     model_name_or_path: str | None = field(default=None, metadata={
-        "nargs": "+", "help": "Model(s) of any supported family, encoder or decoder (hub name or folder); several "
-                              "run a grid. Default: the bundled all-MiniLM-L6-v2 (6 x 12 heads)."})
+        "nargs": "+", "help": "Model(s) of any supported family, encoder or decoder (hub name, folder, .gguf "
+                              "file, or `smollm2`: the bundled SmolLM2-135M-Instruct); several run a grid. Default: the bundled all-MiniLM-L6-v2 (6 x 12 heads)."})
     task_name: str | None = field(default=None, metadata={
         "nargs": "+", "help": "GLUE task (cola sst2 mrpc qqp stsb mnli qnli rte wnli), token task (ner pos chunk), "
-                              "lm (language modelling of --train_file/--validation_file plain text by a decoder), "
+                              "lm (language modelling of --train_file/--validation_file plain text by a decoder; "
+                              "lm_qnli / lm_mrpc: of the sentences of GLUE's QNLI / MRPC TSVs in --data_dir), "
                               "or the built-in synthetic 'repeat' (default; needs no data); several run a grid. "
                               "Omit it with --train_file/--validation_file (CSV/JSON with a 'label' column) for "
                               "your own sequence task."})

@@ -18,74 +18,14 @@ import dataclasses
 import os
 import sys
 import time
-from pathlib import Path
 
 from ..errors import PapaError
 from ..custom import resolve_task
+from ..task_folders import resolve_data_dir
 from .launchers import check_launcher, make_launcher, run_scheduled, sweep_tasks
 from .run import begin_sweep, execute_sweep, finish_sweep, model_display_name, prepare_sweep, run_sweep
 from .stages import human
 from .summary import PairOutcome, write_summary
-
-TOKEN_TASKS_FOLDER = "conll2003"
-
-
-def task_folder_name(task):
-    """The task's official folder name (CoLA, SST-2, ..., conll2003); None for built-in tasks."""
-    if task.generator is not None:
-        return None
-    return task.glue_folder or (TOKEN_TASKS_FOLDER if task.kind == "token" else None)
-
-
-def holds_task_files(folder, task):
-    """True when `folder` holds the task's training file itself (train.tsv; CoNLL train.txt/.conll)."""
-    names = ("train.txt", "train.conll") if task.kind == "token" else ("train.tsv",)
-    return any((Path(folder) / name).is_file() for name in names)
-
-
-def _child(folder, name):
-    """`folder`/`name`, matching the name case-insensitively; None when absent."""
-    try:
-        entries = sorted(os.listdir(folder))
-    except OSError:
-        return None
-    match = name if name in entries else next((e for e in entries if e.lower() == name.lower()), None)
-    return os.path.join(folder, match) if match and os.path.isdir(os.path.join(folder, match)) else None
-
-
-def resolve_data_dir(root, task, several_tasks):
-    """The folder of `task`'s files under --data_dir `root`.
-
-    The built-in tasks need none (None), nor does lm (it reads --train_file/--validation_file). With one task, `root` itself when it holds the task's
-    training file (as before the grid); otherwise, or with several tasks, the task's official folder
-    directly under `root`, else one level down. One task and nothing found: `root` as given (the
-    stage names what it lacks). Several tasks and nothing found, or two candidates one level down:
-    a PapaError listing what was looked for.
-    """
-    if task.generator is not None or task.kind == "lm" or root is None:
-        return None
-    root = os.path.abspath(root)
-    if not os.path.isdir(root):
-        raise PapaError(f"--data_dir {root} is not a folder")
-    if not several_tasks and holds_task_files(root, task):
-        return root
-    name = task_folder_name(task)
-    direct = _child(root, name)
-    if direct:
-        return direct
-    below = [found for sub in sorted(os.listdir(root)) if os.path.isdir(os.path.join(root, sub))
-             for found in [_child(os.path.join(root, sub), name)] if found]
-    if len(below) == 1:
-        return below[0]
-    if len(below) > 1:
-        raise PapaError(f"--data_dir {root}: {task.name} has several folders ({', '.join(below)}); keep one, "
-                        f"or run that task alone with its folder as --data_dir")
-    if not several_tasks:
-        return root
-    raise PapaError(f"--data_dir {root} has no folder for {task.name}: looked for {os.path.join(root, name)} and "
-                    f"{os.path.join(root, '*', name)}; put the task's files there (official name {name}) or leave "
-                    f"{task.name} out of --task_name")
-
 
 def model_folder_name(model_name_or_path):
     """A pair folder's model part: the bundled MiniLM's name, a folder's name, or a hub name's last part."""

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from ..arguments import parse_training_args
 from ..errors import PapaError, first_line
 from ..io import save_json
-from ..modeling import default_model_path
+from ..modeling import default_model_path, local_model_path
 from ..tasks import KINDS
 from ..tokenized_cache import CACHE_ENV
 from . import controls
@@ -105,7 +105,8 @@ def model_display_name(model_name_or_path):
 def make_plan(args, task):
     """The Plan for SweepArguments `args` on `task`: flags given, else the task's defaults."""
     defaults = task_defaults(task)
-    model_path = args.model_name_or_path or default_model_path()
+    # a .gguf file is converted here, once, before any stage (papa.gguf); the stages load the folder
+    model_path = local_model_path(args.model_name_or_path) or default_model_path()
     layers, heads = model_heads(model_path, task)
     if args.static_heads_nums is None:
         ks = default_static_heads_nums(layers * heads)
