@@ -214,3 +214,18 @@ def test_data_errors_name_the_fix(tmp_path, capsys):
     assert "unknown task 'mytags'" in error and "needs --train_file" in error
     error = command_error("glue", ["--task_name", "repeat", "--do_predict", "--output_dir", tmp_path / "o"], capsys)
     assert "has no test split" in error
+
+
+@pytest.mark.parametrize("parse", ["papa.sweep.arguments:parse_sweep_args", "papa.arguments:parse_training_args",
+                                   "papa.arguments:parse_averaging_args"])
+def test_help_does_not_contradict_itself(parse, capsys):
+    """A flag whose help names its default, or whose default is None, gets no "(default: None)" after it."""
+    import importlib
+
+    module, name = parse.split(":")
+    with pytest.raises(SystemExit):
+        getattr(importlib.import_module(module), name)(["--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    assert "(default: None)" not in text
+    assert "Default: the bundled" in text
+    assert "(default: " in text  # the other defaults are still shown

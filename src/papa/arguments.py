@@ -280,6 +280,15 @@ def json_to_argv(path):
     return argv
 
 
+class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
+    """HF's formatter, without "(default: None)" after a help that says what the default is, or has none."""
+
+    def _get_help_string(self, action):
+        if action.default is None or "default" in (action.help or "").lower():
+            return action.help
+        return super()._get_help_string(action)
+
+
 def parse_dataclasses(types, argv, remaining=False, **parser_kwargs):
     """`HfArgumentParser(types).parse_args_into_dataclasses(argv)`, bad flags and values as a PapaError.
 
@@ -289,7 +298,7 @@ def parse_dataclasses(types, argv, remaining=False, **parser_kwargs):
     argv = list(argv)
     if len(argv) == 1 and argv[0].endswith(".json"):
         argv = json_to_argv(argv[0])
-    parser = HfArgumentParser(types, exit_on_error=False, **parser_kwargs)
+    parser = HfArgumentParser(types, exit_on_error=False, **{"formatter_class": HelpFormatter, **parser_kwargs})
     try:
         return tuple(parser.parse_args_into_dataclasses(args=modernize_argv(argv), return_remaining_strings=remaining,
                                                         look_for_args_file=False))
