@@ -14,12 +14,43 @@ Chance for both scores is what causal uniform attention gives, the mean of 1/(i 
 """
 
 import argparse
-import sys
 from pathlib import Path
 
 import torch
 import torch.nn.functional as F
 from transformers import AutoModelForCausalLM, AutoTokenizer
+
+from papa.conll import read_conll
+from papa.data import read_glue_tsv
+from papa.tasks import get_task
+
+GLUE_TASKS = ("cola", "sst2", "mrpc", "wnli")  # those with a train.tsv in the shared data
+
+
+# the text helpers, shared with train_decoder.py (which imports this module, never the other way)
+
+
+def read_sentences(data_dir, split):
+    """Every sentence of the shared GLUE tasks and CoNLL-2003 for `split` ("train" or "dev"), in file order."""
+    sentences = []
+    for name in GLUE_TASKS:
+        task = get_task(name)
+        path = Path(data_dir) / "glue" / task.glue_folder / f"{split}.tsv"
+        columns = read_glue_tsv(path, name)
+        for row in zip(*(columns[c] for c in task.text_columns)):
+            sentences.extend(text.strip() for text in row)
+    conll = Path(data_dir) / "conll2003" / ("train.txt" if split == "train" else "valid.txt")
+    sentences.extend(" ".join(words) for words in read_conll(conll, 3)[0])
+    return [s for s in sentences if s]
+
+
+def chunks(tokenizer, sentences, seq_len):
+    """(N, seq_len) token ids: the sentences, each followed by eos, concatenated and cut (the remainder dropped)."""
+    ids = []
+    for encoded in tokenizer(sentences, add_special_tokens=False)["input_ids"]:
+        ids.extend(encoded + [tokenizer.eos_token_id])
+    usable = len(ids) // seq_len * seq_len
+    return torch.tensor(ids[:usable]).view(-1, seq_len)
 
 
 def repeated_random_tokens(vocab_size, eos_id, n, batch, seed=0):
@@ -119,9 +150,6 @@ def main(argv=None):
     args = p.parse_args(argv)
     text_ids = None
     if args.data_dir:
-        sys.path.insert(0, str(Path(__file__).parent))
-        from train_decoder import chunks, read_sentences
-
         tokenizer = AutoTokenizer.from_pretrained(args.model_dir)
         text_ids = chunks(tokenizer, read_sentences(args.data_dir, "dev"), 128)[:args.batch]
     print(check_heads(args.model_dir, text_ids, args.span, args.batch, args.seed))

@@ -30,29 +30,11 @@ from transformers import GPT2TokenizerFast, LlamaConfig, LlamaForCausalLM
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "benchmarks"))
-from decoder_heads import check_heads  # noqa: E402  (a sibling script)
+from decoder_heads import check_heads, chunks, read_sentences  # noqa: E402  (a sibling script: the shared helpers)
 
-from papa.conll import read_conll  # noqa: E402
-from papa.data import read_glue_tsv  # noqa: E402
 from papa.io import save_json, save_text  # noqa: E402
-from papa.tasks import get_task  # noqa: E402
 
 EOS = "<|endoftext|>"
-GLUE_TASKS = ("cola", "sst2", "mrpc", "wnli")  # those with a train.tsv in the shared data
-
-
-def read_sentences(data_dir, split):
-    """Every sentence of the shared GLUE tasks and CoNLL-2003 for `split` ("train" or "dev"), in file order."""
-    sentences = []
-    for name in GLUE_TASKS:
-        task = get_task(name)
-        path = Path(data_dir) / "glue" / task.glue_folder / f"{split}.tsv"
-        columns = read_glue_tsv(path, name)
-        for row in zip(*(columns[c] for c in task.text_columns)):
-            sentences.extend(text.strip() for text in row)
-    conll = Path(data_dir) / "conll2003" / ("train.txt" if split == "train" else "valid.txt")
-    sentences.extend(" ".join(words) for words in read_conll(conll, 3)[0])
-    return [s for s in sentences if s]
 
 
 def train_tokenizer(sentences, vocab_size):
@@ -62,15 +44,6 @@ def train_tokenizer(sentences, vocab_size):
     # the GPT-2 class (not the bare PreTrainedTokenizerFast) honours add_prefix_space=True when loaded with it
     return GPT2TokenizerFast(tokenizer_object=bpe._tokenizer, bos_token=EOS, eos_token=EOS, unk_token=EOS,
                              add_prefix_space=False)
-
-
-def chunks(tokenizer, sentences, seq_len):
-    """(N, seq_len) token ids: the sentences, each followed by eos, concatenated and cut (the remainder dropped)."""
-    ids = []
-    for encoded in tokenizer(sentences, add_special_tokens=False)["input_ids"]:
-        ids.extend(encoded + [tokenizer.eos_token_id])
-    usable = len(ids) // seq_len * seq_len
-    return torch.tensor(ids[:usable]).view(-1, seq_len)
 
 
 def plant_repeated_spans(batch, fraction, generator, shortest=8, longest=32):
