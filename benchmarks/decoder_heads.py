@@ -20,9 +20,9 @@ import torch
 import torch.nn.functional as F
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
-from papa.conll import read_conll
-from papa.data import read_glue_tsv
-from papa.tasks import get_task
+from papa.data.conll import read_conll
+from papa.data.glue import read_glue_tsv
+from papa.data.tasks import get_task
 
 GLUE_TASKS = ("cola", "sst2", "mrpc", "wnli")  # those with a train.tsv in the shared data
 

@@ -5,7 +5,7 @@
 #   2. the benchmark on cuda at T = 64 and 128, fp32 and bf16: MiniLM's shape (its config, random weights: the
 #      checkpoint's 88 MB do not travel) and a DeBERTa-base shape, eager and compiled, writing
 #      <folder>/<name>_cuda.{md,json}.
-# Usage: bash benchmarks/gpu_check.sh [output folder, default benchmarks/]
+# Usage: bash benchmarks/gpu_check.sh [output folder, default benchmarks/results/]
 #        bash benchmarks/gpu_check.sh --dry-run FOLDER   the same steps on this CPU at toy sizes, no compile
 #                                                        (tests/test_gpu_check.py): the plumbing, not the numbers
 # On a machine whose image lacks this project's pure-Python dependencies (the lent GPU machine's does), first run
@@ -15,7 +15,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 dry_run=0
 if [ "${1:-}" = "--dry-run" ]; then dry_run=1; shift; fi
-out=${1:-benchmarks}
+out=${1:-benchmarks/results}
 mkdir -p "$out"
 export HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 TOKENIZERS_PARALLELISM=false PYTHONUNBUFFERED=1
 python=${PYTHON:-python3}  # the GPU machine's python3 is the one with CUDA torch
