@@ -15,7 +15,7 @@ EOS = "<|endoftext|>"
 
 
 def words():
-    from papa.synthetic import NOUNS
+    from papa.data.synthetic import NOUNS
 
     return list(NOUNS) + "the a of and in to is was for on with as by at from".split()
 

@@ -1,8 +1,8 @@
-"""papa.arguments: the original flag spellings, honest booleans, and bad flags as one clear error."""
+"""papa.runs.arguments: the original flag spellings, honest booleans, and bad flags as one clear error."""
 
 import pytest
 
-from papa.arguments import AveragingArguments, parse_averaging_args, parse_training_args
+from papa.runs.arguments import AveragingArguments, parse_averaging_args, parse_training_args
 from papa.sweep.arguments import SweepArguments, parse_sweep_args
 from papa.errors import PapaError
 

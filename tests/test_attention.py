@@ -9,7 +9,7 @@ from torch.testing import assert_close
 
 import papa
 from numpy_attention import numpy_norm, softmax_rows
-from papa.attention import constant_attention_output, normalized_constant
+from papa.method.attention import constant_attention_output, normalized_constant
 from papa.errors import PapaError
 from tiny_encoders import HIDDEN, H, L, T, padded_batch, random_constants, tiny_model
 

@@ -12,7 +12,7 @@ from torch.testing import assert_close
 from transformers import BertConfig, BertModel
 from transformers.pytorch_utils import Conv1D
 
-from papa.averaging import AttentionAverager, accumulate_attention, shard
+from papa.method.averaging import AttentionAverager, accumulate_attention, shard
 from papa.families import attention_modules
 from tiny_decoders import DECODER_NAMES, SDPA_DECODERS, family_batch, tiny_family_model
 from tiny_encoders import FAMILY_NAMES, H as FH, L as FL, T as FT

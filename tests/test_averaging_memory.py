@@ -1,4 +1,4 @@
-"""The averaging pass's peak memory is flat in the number of batches and of layers (papa.averaging's claim).
+"""The averaging pass's peak memory is flat in the number of batches and of layers (papa.method.averaging's claim).
 
 What is counted: the bytes of every CPU tensor storage an operation creates during the pass and
 that is still alive, at its highest (a TorchDispatchMode sees each operation's outputs; a weakref
@@ -16,7 +16,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten
 from transformers import BertModel
 
-from papa.averaging import accumulate_attention
+from papa.method.averaging import accumulate_attention
 from papa.benchmark.workloads import original_accumulate
 from tiny_encoders import H, T, padded_batch, tiny_config
 

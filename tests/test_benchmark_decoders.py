@@ -77,7 +77,7 @@ def test_llama_shaped_decoder_rows(tmp_path, monkeypatch, capsys):
 
 
 def test_averaging_variants_agree_on_a_decoder():
-    """The averaging benchmark's loops sum the same attention on a grouped-K/V decoder: ours (papa.averaging) and the
+    """The averaging benchmark's loops sum the same attention on a grouped-K/V decoder: ours (papa.method.averaging) and the
     original's (a [B, L, H, T, T] copy, masked by padding only; the causal zeros are in the probabilities already)."""
     from transformers import AutoModel
 

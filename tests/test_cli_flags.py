@@ -12,11 +12,11 @@ import torch
 from cli_fixtures import T, command_error, run_command, tiny_bert, write_cola  # noqa: F401
 from conftest import SCRIPTS
 
-from papa import pretrained
-from papa.arguments import json_to_argv, parse_averaging_args, parse_training_args
-from papa.custom import resolve_task
+from papa.models import pretrained
+from papa.runs.arguments import json_to_argv, parse_averaging_args, parse_training_args
+from papa.data.custom import resolve_task
 from papa.errors import PapaError
-from papa.tasks import get_task
+from papa.data.tasks import get_task
 
 # every flag of the original run_papa_glue.py / run_papa_ner.py (their dataclasses), with a value
 ORIGINAL_TRAINING_FLAGS = {
@@ -216,8 +216,8 @@ def test_data_errors_name_the_fix(tmp_path, capsys):
     assert "has no test split" in error
 
 
-@pytest.mark.parametrize("parse", ["papa.sweep.arguments:parse_sweep_args", "papa.arguments:parse_training_args",
-                                   "papa.arguments:parse_averaging_args"])
+@pytest.mark.parametrize("parse", ["papa.sweep.arguments:parse_sweep_args", "papa.runs.arguments:parse_training_args",
+                                   "papa.runs.arguments:parse_averaging_args"])
 def test_help_does_not_contradict_itself(parse, capsys):
     """A flag whose help names its default, or whose default is None, gets no "(default: None)" after it."""
     import importlib

@@ -13,9 +13,9 @@ from cli_fixtures import (COLA_ROWS, CONLL_SENTENCES, T, papa_flags, run_command
 from safetensors.torch import load_file
 from transformers import AutoTokenizer
 
-from papa.modeling import load_papa_model
-from papa.preprocessing import tokenize_sequence_examples, tokenize_token_examples
-from papa.tasks import get_task
+from papa.models.modeling import load_papa_model
+from papa.data.preprocessing import tokenize_sequence_examples, tokenize_token_examples
+from papa.data.tasks import get_task
 
 
 def logits_of(model_dir, batch):
@@ -107,7 +107,7 @@ def test_resume_equals_the_uninterrupted_run(tmp_path, tiny_bert):
 
 
 def test_pos_validation_tag_missing_from_the_training_slice(tmp_path, tiny_bert, shared_data):
-    from papa.conll import read_conll
+    from papa.data.conll import read_conll
 
     train_tags = {t for s in read_conll(shared_data / "conll2003/train.txt", 1)[1][:4] for t in s}
     valid_tags = {t for s in read_conll(shared_data / "conll2003/valid.txt", 1)[1][:16] for t in s}
@@ -195,7 +195,7 @@ def test_custom_csv_through_the_sweep(tmp_path, tiny_bert, monkeypatch):
     import importlib
 
     from papa.sweep.arguments import parse_sweep_args
-    from papa.custom import resolve_task
+    from papa.data.custom import resolve_task
     from papa.sweep import run_sweep, stages
 
     def in_process(command, env, log_path, on_progress, echo=None):

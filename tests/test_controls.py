@@ -5,7 +5,7 @@
 - mean_output: --mean_outputs writes what accumulate_attention computes, --replace_heads_with
   mean_output reaches patch_model, and the saved model reloads in that mode;
 - the stages each control adds, and that PAPA's own stages keep their fingerprints;
-- papa.tokenized_cache: a hit equals tokenising again; a stage with the cache equals one without.
+- papa.data.tokenized_cache: a hit equals tokenising again; a stage with the cache equals one without.
 """
 
 import json
@@ -17,13 +17,13 @@ from tiny_encoders import H, L, T, padded_batch, tiny_model
 from torch.testing import assert_close
 
 import papa
-from papa.arguments import parse_training_args
+from papa.runs.arguments import parse_training_args
 from papa.sweep.arguments import parse_sweep_args
 from papa.errors import PapaError
-from papa.ranking import load_sorted_heads, sorted_heads_from_lambdas
+from papa.method.ranking import load_sorted_heads, sorted_heads_from_lambdas
 from papa.sweep import controls
 from papa.sweep.run import make_plan, make_stages, prepare_sweep
-from papa.tasks import get_task
+from papa.data.tasks import get_task
 
 # ----------------------------------------------------------------------------- uniform
 
@@ -129,7 +129,7 @@ def test_the_averaging_stage_reads_what_the_training_runs_read(tmp_path):
     """Passed-through flags that change the data, the tokenizer or the weights reach the averaging stage as well,
     so avgs.pt is an average over the inputs the ranking and probing runs see (the PAPA layout's token types, a
     hub dataset's columns, a model revision); its flags parse as the averaging script parses them."""
-    from papa.arguments import parse_averaging_args
+    from papa.runs.arguments import parse_averaging_args
 
     passthrough = ["--original_token_types", "true", "--use_fast_tokenizer=false", "--model_revision", "v2",
                    "--tokenizer_name", "tok", "--config_name=cfg", "--bf16", "--use_cpu", "true",
@@ -162,7 +162,7 @@ def test_bad_controls_are_one_clear_error(tmp_path):
 def heads_setup(tmp_path, *flags):
     from transformers import AutoConfig
 
-    from papa.runs import heads_to_replace
+    from papa.runs.run import heads_to_replace
 
     model_args, _, _ = parse_training_args(["--output_dir", str(tmp_path / "o"), *flags])
     return heads_to_replace(model_args, AutoConfig.from_pretrained(papa.default_model_path()))
@@ -198,7 +198,7 @@ def script_runs(tmp_path_factory):
     """--mean_outputs and --replace_heads_with mean_output on 24 repeat examples, each run with the tokenised-split
     cache (the sweep's) and without it."""
     from papa.cli import glue, glue_avgs
-    from papa.tokenized_cache import CACHE_ENV
+    from papa.data.tokenized_cache import CACHE_ENV
 
     out = tmp_path_factory.mktemp("scripts")
     papa.save_ranking(np.random.default_rng(0).normal(size=(6, 12)), out / "sort")
@@ -224,8 +224,8 @@ def script_runs(tmp_path_factory):
 def test_mean_outputs_flag_writes_the_direct_computation(script_runs):
     from transformers import AutoModel, AutoTokenizer
 
-    from papa.preprocessing import tokenize_sequence_examples
-    from papa.synthetic import make_repeat_dataset
+    from papa.data.preprocessing import tokenize_sequence_examples
+    from papa.data.synthetic import make_repeat_dataset
 
     path = papa.default_model_path()
     examples = make_repeat_dataset()["train"][:24]
@@ -247,7 +247,7 @@ def test_replace_heads_with_mean_output_reaches_the_saved_model(script_runs):
     ranking = json.loads((script_runs / "sort" / "sorted_heads.json").read_text())
     assert sorted(map(tuple, model.config.papa["static_heads"])) == sorted(map(tuple, ranking[:40]))
     means = torch.load(script_runs / "avgs_True" / "mean_outputs.pt", weights_only=True)
-    for layer, module in enumerate(papa.attention.attention_modules(model)):
+    for layer, module in enumerate(papa.method.attention.attention_modules(model)):
         static = module.static_heads
         assert module.constant_matrices is None
         if static:  # the mean outputs themselves, frozen by --grad_for_classifier_only

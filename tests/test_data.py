@@ -1,4 +1,4 @@
-"""papa.data: GLUE TSV/CSV/JSON and CoNLL readers on the real files and on small broken ones."""
+"""papa.data.glue: GLUE TSV/CSV/JSON and CoNLL readers on the real files and on small broken ones."""
 
 import json
 from collections import Counter
@@ -6,10 +6,10 @@ from collections import Counter
 import datasets
 import pytest
 
-from papa.conll import load_token_task, read_conll
-from papa.data import load_sequence_task, read_glue_tsv
+from papa.data.conll import load_token_task, read_conll
+from papa.data.glue import load_sequence_task, read_glue_tsv
 from papa.errors import PapaError
-from papa.tasks import get_task
+from papa.data.tasks import get_task
 
 NER_LABELS = ["O", "B-PER", "I-PER", "B-ORG", "I-ORG", "B-LOC", "I-LOC", "B-MISC", "I-MISC"]  # the hub's order
 
@@ -229,7 +229,7 @@ def test_unknown_split():
 
 
 def test_repeat_uses_the_synthetic_generator():
-    pytest.importorskip("papa.synthetic")
+    pytest.importorskip("papa.data.synthetic")
     ds = load_sequence_task("repeat", data_dir="/ignored", splits=("train",))
     assert list(ds) == ["train"]
     assert ds["train"].column_names == ["sentence", "label"]
@@ -304,10 +304,10 @@ def test_validation_tag_missing_in_train(tmp_path):
         load_token_task("ner", data_dir=only_train)
 
 
-# ----------------------------------------------------------------------------- custom tasks (papa.custom)
+# ----------------------------------------------------------------------------- custom tasks (papa.data.custom)
 
 def test_custom_sequence_task_follows_run_glue():
-    from papa.custom import custom_sequence_task
+    from papa.data.custom import custom_sequence_task
 
     table = datasets.Dataset.from_dict
     pair = custom_sequence_task(table({"idx": [0], "sentence2": ["b"], "sentence1": ["a"], "label": [10]}), "f")
@@ -330,7 +330,7 @@ def test_custom_sequence_task_follows_run_glue():
 
 
 def test_custom_labels_match_by_value(tmp_path):
-    from papa.custom import resolve_task
+    from papa.data.custom import resolve_task
 
     train = write(tmp_path / "train.csv", "text,label\na,pos\nb,neg\nc,pos\n")
     task = resolve_task("sequence", None, train_file=train)

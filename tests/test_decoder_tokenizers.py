@@ -13,11 +13,11 @@ import transformers
 from tiny_decoders import make_decoder_tokenizer, save_tiny_decoder
 
 from papa.errors import PapaError
-from papa.preprocessing import (decoder_sequence_layout, tokenize_dataset, tokenize_sequence_examples,
+from papa.data.preprocessing import (decoder_sequence_layout, tokenize_dataset, tokenize_sequence_examples,
                                 tokenize_token_examples)
-from papa.pretrained import fit_tokenizer, load_config_and_tokenizer
-from papa.tasks import get_task
-from papa.tokenized_cache import CACHE_ENV, tokenize_cached, tokenizer_digest
+from papa.models.pretrained import fit_tokenizer, load_config_and_tokenizer
+from papa.data.tasks import get_task
+from papa.data.tokenized_cache import CACHE_ENV, tokenize_cached, tokenizer_digest
 
 P, X = 0, -100  # the pad id of the hand-laid rows; the ignored label
 NER_LABELS = ["B-LOC", "B-MISC", "B-ORG", "B-PER", "I-LOC", "I-MISC", "I-ORG", "I-PER", "O"]
@@ -266,7 +266,7 @@ def test_probing_modes_train_a_decoders_own_head(name, head, classifier):
     `classifier`), left trainable when everything else is frozen."""
     from tiny_decoders import tiny_decoder
 
-    from papa.modeling import set_trainable
+    from papa.models.modeling import set_trainable
 
     model = tiny_decoder(name, head=head)
     only = set_trainable(model, "grad_for_classifier_only")

@@ -199,7 +199,7 @@ def test_pruned_parameter_counts_and_all_constant_layers_skip_qk(name):
 @pytest.mark.parametrize("name,head", [(name, head) for name in DECODER_NAMES for head in ("sequence", "causal")
                                        if decoder_class_name(name, head)])
 def test_save_and_reload_give_identical_logits(tmp_path, name, head):
-    from papa.modeling import build_model, load_papa_model, save_papa_model
+    from papa.models.modeling import build_model, load_papa_model, save_papa_model
 
     model_class = decoder_class_name(name, head)
     torch.manual_seed(0)
@@ -291,7 +291,7 @@ def batches(ids, mask, size):
 
 @pytest.mark.parametrize("name", DECODER_NAMES)
 def test_mean_outputs_of_one_example_reproduce_it(name):
-    from papa.averaging import accumulate_attention
+    from papa.method.averaging import accumulate_attention
 
     stock = tiny_decoder(name)
     ids, mask = right_padded_batch(lengths=(8,))

@@ -59,8 +59,8 @@ def reload_and_score(folder, task_name, examples, columns):
     """Accuracy of the saved model (through load_papa_model, its saved tokenizer and config) on `examples`."""
     from transformers import AutoTokenizer
 
-    from papa.modeling import load_papa_model
-    from papa.preprocessing import tokenize_sequence_examples
+    from papa.models.modeling import load_papa_model
+    from papa.data.preprocessing import tokenize_sequence_examples
 
     tokenizer = AutoTokenizer.from_pretrained(folder)
     batch = tokenize_sequence_examples(tokenizer, examples, *columns, T, papa_layout=True, pad_to_max_length=True,
@@ -73,7 +73,7 @@ def reload_and_score(folder, task_name, examples, columns):
 
 
 def test_gpt2_sequence_commands_on_repeat(tmp_path):
-    from papa.synthetic import make_repeat_dataset
+    from papa.data.synthetic import make_repeat_dataset
 
     model_dir = save_tiny_decoder("gpt2", tmp_path / "model")
     results, folder = three_commands(glue_avgs.main, glue.main, model_dir, ["--task_name", "repeat"], tmp_path / "run",
@@ -85,7 +85,7 @@ def test_gpt2_sequence_commands_on_repeat(tmp_path):
 
 def test_llama_gqa_sequence_commands_on_mrpc_pairs(tmp_path, shared_data):
     """Pairs, and the model's own last-token classifier (`score`) as the probe: config.pad_token_id must be saved."""
-    from papa.data import load_sequence_task
+    from papa.data.glue import load_sequence_task
 
     model_dir = save_tiny_decoder("llama", tmp_path / "model")
     data = ["--task_name", "mrpc", "--data_dir", shared_data / "glue" / "MRPC"]

@@ -11,7 +11,7 @@ import transformers
 from torch.testing import assert_close
 
 import papa
-from papa.constant_math import dropped_constant_output
+from papa.families.constant_math import dropped_constant_output
 from papa.families import attention_modules
 from layer_reference import run
 from numpy_attention import numpy_norm
@@ -37,7 +37,7 @@ def test_dropout_path_equals_probabilities_path_with_gradients(name, heads):
     model = tiny_family_model(name, impl, head="token")
     static = all_heads() if heads == "all" else [[0, 1], [2, 0], [2, 3], [1, 2], [1, 0], [1, 1]]
     if heads == "mean_output":
-        means = torch.randn(L, H, T, papa.attention.head_dim(model), generator=torch.Generator().manual_seed(3))
+        means = torch.randn(L, H, T, papa.method.attention.head_dim(model), generator=torch.Generator().manual_seed(3))
         papa.patch_model(model, static_heads=static, mean_outputs=means)
     else:
         constants = random_constants()

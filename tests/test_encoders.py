@@ -226,7 +226,7 @@ def test_a_bert_configured_as_a_decoder_is_a_clear_error():
 
 def test_laying_the_heads_out_twice_is_a_clear_error():
     """A second permutation would pair the pruned queries and keys with another head's values."""
-    from papa.attention import reorder_heads
+    from papa.method.attention import reorder_heads
 
     model = papa.patch_model(tiny_model("bert"), random_constants(), static_heads=[[0, 0], [0, 2]])
     with pytest.raises(PapaError, match="laid out already"):
@@ -269,7 +269,7 @@ def test_unsupported_model_lists_the_supported_types():
 @pytest.mark.parametrize("probe", ["sequence", "token"])
 def test_probe_save_and_reload_give_identical_logits(tmp_path, name, probe):
     """Freeze-extract probe around a patched model (pruned heads), saved and rebuilt from its folder."""
-    from papa.modeling import build_model, load_papa_model, save_papa_model
+    from papa.models.modeling import build_model, load_papa_model, save_papa_model
     from tiny_encoders import tiny_config
 
     config = tiny_config(name)
@@ -294,7 +294,7 @@ def test_a_folder_saved_in_the_stock_head_layout_reloads(tmp_path, name):
     hold value rows and output columns in the stock order; they reload to the same model."""
     import json
 
-    from papa.modeling import build_model, load_papa_model, save_papa_model
+    from papa.models.modeling import build_model, load_papa_model, save_papa_model
     from tiny_encoders import tiny_config
 
     config = tiny_config(name)
@@ -318,7 +318,7 @@ def test_a_folder_saved_in_the_stock_head_layout_reloads(tmp_path, name):
 
 @pytest.mark.parametrize("name", ["bert", "deberta", "modernbert"])
 def test_sequence_probe_dropout_follows_the_family(name):
-    from papa.poolers import FreezeExtractForSequenceClassification
+    from papa.models.poolers import FreezeExtractForSequenceClassification
 
     probe = FreezeExtractForSequenceClassification(tiny_model(name), T)
     expected = {"bert": 0.1, "deberta": 0.1, "modernbert": 0.0}[name]  # hidden_dropout_prob / classifier_dropout
@@ -330,8 +330,8 @@ def test_sequence_probe_dropout_follows_the_family(name):
 def test_token_tasks_get_prefix_spaces_with_byte_level_bpe(tmp_path):
     """As the original did for its token tasks: byte-level BPE (DeBERTa v1, RoBERTa) needs a space before each
     pre-split word; WordPiece and SentencePiece tokenizers are left as they are."""
-    from papa.runs import load_config_and_tokenizer
-    from papa.tasks import get_task
+    from papa.runs.run import load_config_and_tokenizer
+    from papa.data.tasks import get_task
     from tiny_encoders import save_tiny_pretrained
 
     deberta = save_tiny_pretrained("deberta", tmp_path / "deberta")

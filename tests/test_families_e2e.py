@@ -29,9 +29,9 @@ def reload_and_evaluate(model_dir, max_eval_samples):
     """Accuracy of the saved PAPA model on the repeat validation examples the run evaluated."""
     from transformers import AutoTokenizer
 
-    from papa.modeling import load_papa_model
-    from papa.preprocessing import tokenize_sequence_examples
-    from papa.synthetic import make_repeat_dataset
+    from papa.models.modeling import load_papa_model
+    from papa.data.preprocessing import tokenize_sequence_examples
+    from papa.data.synthetic import make_repeat_dataset
 
     validation = make_repeat_dataset()["validation"].select(range(max_eval_samples))
     tokenizer = AutoTokenizer.from_pretrained(model_dir)

@@ -1,4 +1,4 @@
-"""GGUF files as --model_name_or_path (papa.gguf, papa.bundled): bad files are one clear error and leave nothing in
+"""GGUF files as --model_name_or_path (papa.models.gguf, papa.models.bundled): bad files are one clear error and leave nothing in
 the cache; a file is converted once, keyed by its content. Small GGUF files are written here with the `gguf`
 package's writer; the real model's conversion is checked in tests/test_smollm2.py."""
 
@@ -7,9 +7,9 @@ import os
 import numpy as np
 import pytest
 
-from papa.bundled import local_model_path
+from papa.models.bundled import local_model_path
 from papa.errors import PapaError
-from papa.gguf import cache_root, gguf_folder
+from papa.models.gguf import cache_root, gguf_folder
 from test_errors import expect_error  # noqa: F401 (a fixture)
 
 gguf = pytest.importorskip("gguf")
@@ -88,7 +88,7 @@ def test_a_converted_folder_is_reused_not_rebuilt(tmp_path, monkeypatch):
     a copy of the file elsewhere (the same content) finds the same folder."""
     path = write_gguf(tmp_path / "m.gguf", "llama")
     calls = []
-    monkeypatch.setattr("papa.gguf.convert_gguf", lambda src, out: calls.append(src))
+    monkeypatch.setattr("papa.models.gguf.convert_gguf", lambda src, out: calls.append(src))
     first = gguf_folder(path)
     copy = tmp_path / "elsewhere" / "n.gguf"
     copy.parent.mkdir()

@@ -23,12 +23,12 @@ from papa.sweep.arguments import parse_sweep_args
 from papa.errors import PapaError
 from papa.sweep import run_grid
 from papa.sweep.grid import model_folder_name
-from papa.task_folders import resolve_data_dir
+from papa.data.task_folders import resolve_data_dir
 from papa.sweep.results import Results, add_control_columns, build_results, controls_markdown, times_markdown
 from papa.sweep.run import prepare_sweep
 from papa.sweep.summary import (PairOutcome, half_k, standard_error, summary_markdown, summary_panels, summary_rows,
                                 write_summary)
-from papa.tasks import get_task
+from papa.data.tasks import get_task
 
 MODEL = "all-MiniLM-L6-v2"
 

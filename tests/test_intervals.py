@@ -14,7 +14,7 @@ from sklearn.metrics import f1_score, matthews_corrcoef
 from papa.errors import PapaError
 from papa.sweep import intervals
 from papa.sweep.intervals import (BOOTSTRAP_SEED, draws, paired_bootstrap, percentile_interval, resampled_metric)
-from papa.tasks import get_task
+from papa.data.tasks import get_task
 
 TAGS = ["O", "B-PER", "I-PER", "B-LOC", "I-LOC"]
 

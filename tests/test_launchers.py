@@ -26,7 +26,7 @@ from papa.sweep.launchers import schedule
 from papa.sweep.launchers.schedule import dependencies, run_scheduled, sweep_tasks
 from papa.sweep.run import prepare_sweep
 from papa.sweep.stages import StageRun
-from papa.tasks import get_task
+from papa.data.tasks import get_task
 
 SWEEP = ["--max_train_samples", "32", "--max_eval_samples", "16", "--num_train_epochs", "1",
          "--sort_num_train_epochs", "1", "--static_heads_nums", "0", "12", "--max_seq_length", "16",

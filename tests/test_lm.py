@@ -16,13 +16,13 @@ import transformers
 from datasets import Dataset, DatasetDict
 
 from lm_fixtures import make_tokenizer, save_tiny_lm, write_text
-from papa import lm_data
-from papa.arguments import parse_training_args
+from papa.data import lm as lm_data
+from papa.runs.arguments import parse_training_args
 from papa.errors import PapaError
-from papa.lm_data import group_texts, lm_blocks
-from papa.predictions import block_digest
-from papa.runs import run_probing
-from papa.tasks import get_task
+from papa.data.lm import group_texts, lm_blocks
+from papa.runs.predictions import block_digest
+from papa.runs.run import run_probing
+from papa.data.tasks import get_task
 
 LM = get_task("lm")
 T = 12  # tiny_decoders' T: the block length of every run here
@@ -112,8 +112,8 @@ def test_bad_lm_runs(lm_folder, tmp_path, monkeypatch, extra, message):
 def test_an_encoder_is_refused(lm_folder, tmp_path):
     """The bundled MiniLM (a BERT encoder) has no causal LM head: the probing run, the averaging run and the sweep
     say so before any heavy work."""
-    from papa.arguments import parse_averaging_args
-    from papa.runs import run_averaging
+    from papa.runs.arguments import parse_averaging_args
+    from papa.runs.run import run_averaging
     from papa.sweep.arguments import parse_sweep_args
     from papa.sweep.run import make_plan
 
@@ -174,7 +174,7 @@ def test_relative_changes_are_changes_in_performance():
 
 
 def fake_lm_run(folder, nll, tokens, blocks=None):
-    from papa.metrics import compute_lm_metrics
+    from papa.runs.metrics import compute_lm_metrics
 
     folder.mkdir(parents=True)
     records = [{"index": i, "nll_sum": float(v), "tokens": int(n)} for i, (v, n) in enumerate(zip(nll, tokens))]
@@ -262,8 +262,8 @@ def stock_perplexity(model_path, blocks):
 
 @pytest.mark.slow
 def test_lm_runs_end_to_end(lm_folder, tmp_path):
-    from papa.modeling import build_model, load_papa_model
-    from papa.predictions import metrics_from_predictions
+    from papa.models.modeling import build_model, load_papa_model
+    from papa.runs.predictions import metrics_from_predictions
 
     model, train, valid = lm_folder
     common = ["--model_name_or_path", model, "--task_name", "lm"]
@@ -318,7 +318,7 @@ def test_lm_runs_end_to_end(lm_folder, tmp_path):
           "12", "--sorting_heads_dir", str(tmp_path / "sort"), "--output_dir", str(tmp_path / "static"),
           "--learning_rate", "0.05", "--num_train_epochs", "1", "--per_device_train_batch_size", "4",
           "--save_strategy", "no"])
-    from papa.ranking import first_k_heads, load_sorted_heads
+    from papa.method.ranking import first_k_heads, load_sorted_heads
 
     trained = dict(load_papa_model(str(tmp_path / "static")).named_parameters())
     static = first_k_heads(load_sorted_heads(str(tmp_path / "sort"), 3, 4), 12, 3, 4)

@@ -1,4 +1,4 @@
-"""papa.metrics against values counted and computed by hand."""
+"""papa.runs.metrics against values counted and computed by hand."""
 
 import math
 import warnings
@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from papa.errors import PapaError
-from papa.metrics import compute_glue_metrics, compute_token_metrics, token_predictions_to_tags
+from papa.runs.metrics import compute_glue_metrics, compute_token_metrics, token_predictions_to_tags
 
 # 10 examples: TP = 3, FN = 1, FP = 2, TN = 4
 REFS = [1, 1, 1, 1, 0, 0, 0, 0, 0, 0]

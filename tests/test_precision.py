@@ -16,7 +16,7 @@ import pytest
 import torch
 
 import papa
-from papa.constant_math import constant_attention_output, constants_in, normalize_rows, normalized_constant
+from papa.families.constant_math import constant_attention_output, constants_in, normalize_rows, normalized_constant
 from tiny_decoders import DECODER_NAMES, SDPA_DECODERS, family_batch
 from tiny_decoders import tiny_family_model as family_model
 from tiny_encoders import FAMILY_NAMES, H, L, T

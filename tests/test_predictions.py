@@ -1,4 +1,4 @@
-"""Per-example evaluation predictions (papa.predictions): every --do_eval run writes eval_predictions.jsonl
+"""Per-example evaluation predictions (papa.runs.predictions): every --do_eval run writes eval_predictions.jsonl
 (MNLI also eval_predictions_mnli-mm.jsonl), and the metrics computed from the file alone are exactly the
 ones in eval_results.json, for each kind of task: classification, regression, token tasks, MNLI's two splits.
 
@@ -13,10 +13,10 @@ from cli_fixtures import (COLA_ROWS, CONLL_SENTENCES, T, papa_flags, run_command
                           write_conll, write_papa_inputs)
 
 from papa.errors import PapaError
-from papa.metrics import trainer_metrics
-from papa.predictions import metric_file, metrics_from_predictions, predictions_file, read_predictions, \
+from papa.runs.metrics import trainer_metrics
+from papa.runs.predictions import metric_file, metrics_from_predictions, predictions_file, read_predictions, \
     write_eval_predictions
-from papa.tasks import get_task
+from papa.data.tasks import get_task
 
 EVAL = ["--do_eval", "--max_seq_length", T, "--report_to", "none", "--per_device_eval_batch_size", 3]
 

@@ -1,4 +1,4 @@
-"""papa.preprocessing: the PAPA layouts against the original algorithm and hand-laid examples."""
+"""papa.data.preprocessing: the PAPA layouts against the original algorithm and hand-laid examples."""
 
 import importlib.resources
 import random
@@ -8,7 +8,7 @@ import pytest
 import transformers
 
 from papa.errors import PapaError
-from papa.preprocessing import (papa_sequence_layout, papa_token_layout, tokenize_sequence_examples,
+from papa.data.preprocessing import (papa_sequence_layout, papa_token_layout, tokenize_sequence_examples,
                                 tokenize_token_examples)
 
 NER_LABELS = ["B-LOC", "B-MISC", "B-ORG", "B-PER", "I-LOC", "I-MISC", "I-ORG", "I-PER", "O"]

@@ -10,9 +10,9 @@ from conftest import TINY, tiny_config
 from transformers import BertForSequenceClassification
 
 from papa.errors import PapaError
-from papa.modeling import build_model, load_papa_model, save_papa_model, set_trainable, training_mode
-from papa.poolers import FreezeExtractPooler, FreezeExtractTokenHead
-from papa.ranking import first_k_heads, load_sorted_heads, save_ranking, sorted_heads_from_lambdas
+from papa.models.modeling import build_model, load_papa_model, save_papa_model, set_trainable, training_mode
+from papa.models.poolers import FreezeExtractPooler, FreezeExtractTokenHead
+from papa.method.ranking import first_k_heads, load_sorted_heads, save_ranking, sorted_heads_from_lambdas
 
 L, H, HIDDEN, T = TINY["num_hidden_layers"], TINY["num_attention_heads"], TINY["hidden_size"], 10
 

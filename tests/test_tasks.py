@@ -1,11 +1,11 @@
-"""papa.tasks: the one task registry, and names resolved once."""
+"""papa.data.tasks: the one task registry, and names resolved once."""
 
 import pytest
 
 from papa.errors import PapaError
-from papa.metrics import SEQUENCE_METRICS
-from papa.synthetic import REPEAT_LABELS
-from papa.tasks import CONLL_CHUNK, CONLL_NER, CONLL_POS, TASKS, VALIDATION, TaskSpec, get_task, task_names
+from papa.runs.metrics import SEQUENCE_METRICS
+from papa.data.synthetic import REPEAT_LABELS
+from papa.data.tasks import CONLL_CHUNK, CONLL_NER, CONLL_POS, TASKS, VALIDATION, TaskSpec, get_task, task_names
 
 
 def test_names_accept_glue_spellings():

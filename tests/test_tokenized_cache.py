@@ -1,4 +1,4 @@
-"""papa.tokenized_cache: a cached split equals tokenising it again, and any change of its inputs is a miss.
+"""papa.data.tokenized_cache: a cached split equals tokenising it again, and any change of its inputs is a miss.
 
 (A whole stage with the cache against one without: test_controls.py, with the scripts.)
 """
@@ -11,13 +11,13 @@ import datasets
 from datasets import DatasetDict
 from transformers import AutoTokenizer
 
-from papa import tokenized_cache
-from papa.conll import load_token_task
-from papa.modeling import default_model_path
-from papa.preprocessing import tokenize_dataset
-from papa.synthetic import make_repeat_dataset
-from papa.tasks import get_task
-from papa.tokenized_cache import CACHE_ENV, tokenize_cached, tokenizer_digest
+from papa.data import tokenized_cache
+from papa.data.conll import load_token_task
+from papa.models.modeling import default_model_path
+from papa.data.preprocessing import tokenize_dataset
+from papa.data.synthetic import make_repeat_dataset
+from papa.data.tasks import get_task
+from papa.data.tokenized_cache import CACHE_ENV, tokenize_cached, tokenizer_digest
 
 REPEAT = get_task("repeat")
 

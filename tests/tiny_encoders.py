@@ -100,7 +100,7 @@ SPECIALS_ROBERTA = ["<s>", "<pad>", "</s>", "<unk>", "<mask>"]
 
 
 def _corpus():
-    from papa.synthetic import NOUNS
+    from papa.data.synthetic import NOUNS
 
     words = list(NOUNS) + ("EU rejects German call to boycott British lamb . Peter Blackburn BRUSSELS "
                            "the a of and in to is was for on with as by at from").split()
@@ -128,7 +128,7 @@ def _unigram(specials, unk_token):
 
 def make_tokenizer(name):
     """A small tokenizer of the family's kind (see the module docstring)."""
-    from papa.modeling import default_model_path
+    from papa.models.modeling import default_model_path
 
     if name in ("bert", "electra", "modernbert"):
         return AutoTokenizer.from_pretrained(default_model_path())

@@ -11,13 +11,13 @@ when they start (papa/hugepages.py), and a script of your own may call `papa.hug
 before its first model.
 """
 
-from .attention import lambdas_array, load_constant_matrices, patch_model
-from .averaging import AttentionAverager, accumulate_attention
-from .bundled import default_decoder_path
+from .method.attention import lambdas_array, load_constant_matrices, patch_model
+from .method.averaging import AttentionAverager, accumulate_attention
+from .models.bundled import default_decoder_path
 from .errors import PapaError
-from .modeling import build_model, default_model_path, load_papa_model, save_papa_model, set_trainable
-from .poolers import FreezeExtractForSequenceClassification, FreezeExtractForTokenClassification
-from .ranking import first_k_heads, load_sorted_heads, save_ranking, sorted_heads_from_lambdas
+from .models.modeling import build_model, default_model_path, load_papa_model, save_papa_model, set_trainable
+from .models.poolers import FreezeExtractForSequenceClassification, FreezeExtractForTokenClassification
+from .method.ranking import first_k_heads, load_sorted_heads, save_ranking, sorted_heads_from_lambdas
 
 __all__ = [
     "AttentionAverager", "FreezeExtractForSequenceClassification", "FreezeExtractForTokenClassification",

@@ -21,7 +21,7 @@ import sys
 import time
 
 # what the server imports once: everything a sweep stage or a benchmark child imports before it works
-PRELOAD = ["papa.runs", "papa.cli", "transformers.trainer", "papa.benchmark.run"]
+PRELOAD = ["papa.runs.run", "papa.cli", "transformers.trainer", "papa.benchmark.run"]
 CALL_TIMEOUT_S = 1800  # a benchmark child that has not answered by then is stuck
 
 _context = None

@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 import torch
 
 from ..errors import PapaError
-from ..modeling import default_model_path, local_model_path
+from ..models.modeling import default_model_path, local_model_path
 from .workloads import FAMILY_CONFIGS, INFERENCE_VARIANTS, PADDED_ROWS, TRAINING_VARIANTS
 
 
@@ -89,5 +89,5 @@ class BenchmarkArguments:
         ranked = [v for v in self.variants or [] if INFERENCE_VARIANTS[v].heads == "ranked"]
         if ranked and self.sorted_heads is None:
             raise PapaError(f"--variants '{ranked[0]}' needs --sorted_heads (a ranking run's sorted_heads.json)")
-        if not (self.tiny or self.model_type):  # last: a .gguf file is converted here (papa.gguf), after the checks
+        if not (self.tiny or self.model_type):  # last: a .gguf file is converted here (papa.models.gguf), after the checks
             self.model_name_or_path = local_model_path(self.model_name_or_path) or default_model_path()

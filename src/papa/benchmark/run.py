@@ -4,7 +4,7 @@
    for DeBERTa, which has no sdpa) vs PAPA-patched copies (workloads.INFERENCE_VARIANTS: how many
    heads and which — layer-major, every other head, or a real ranking from --sorted_heads) at each
    --seq_lens; speed ratio to stock and the FLOP bound (flops.py) of the work constant heads skip;
-2. the averaging pass (`papa.averaging.accumulate_attention`) vs. a plain eager forward with
+2. the averaging pass (`papa.method.averaging.accumulate_attention`) vs. a plain eager forward with
    output_attentions=True over the same batches vs. the original PAPA code's loop; peak memory of
    the pass at N and 4N batches, and with half the layers (each in a fresh child process);
 3. one training step (forward + backward + AdamW, train mode) of a freeze-extract sequence probe in
@@ -30,7 +30,7 @@ import time
 import torch
 
 from .. import fork_server
-from ..attention import patch_model
+from ..method.attention import patch_model
 from ..io import save_json, save_text
 from .flops import FLOP_NOTE, flop_bound, percent_of_bound, time_weighted_bound
 from .harness import (clustered_median_interval, interleaved_times, median_interval, modelled_time_share, paired_ratios,

@@ -13,11 +13,11 @@ import torch
 import transformers
 from transformers import AutoConfig, AutoModel, BertConfig
 
-from ..averaging import accumulate_attention
+from ..method.averaging import accumulate_attention
 from ..errors import PapaError
 from ..families import attention_modules
-from ..modeling import build_model, set_trainable
-from ..ranking import first_k_heads, load_sorted_heads
+from ..models.modeling import build_model, set_trainable
+from ..method.ranking import first_k_heads, load_sorted_heads
 
 
 @dataclass(frozen=True)
@@ -39,7 +39,7 @@ INFERENCE_VARIANTS = {
 
 @dataclass(frozen=True)
 class TrainingVariant:
-    mode: str | None  # papa.modeling.set_trainable mode; None = full fine-tuning
+    mode: str | None  # papa.models.modeling.set_trainable mode; None = full fine-tuning
     constant_fraction: float = 0.0  # the first heads (layer-major) made constant
     mix: bool = False  # every head mixes dynamic and constant attention (the ranking run)
     stock_with_activation_grads: bool = False  # no PAPA; gradients flow back through every layer's activations

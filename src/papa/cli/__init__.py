@@ -10,7 +10,7 @@
 `python -m papa.cli.<module>` (or `python -m papa <command>`) runs one without the console scripts:
 that is how the sweep runs its stages, so it works from any install. The task kind a script serves
 is fixed here; `--task_name` (or, for data of your own, the files) is resolved once, into a
-`papa.tasks.TaskSpec` (papa.custom.resolve_task), and passed down.
+`papa.data.tasks.TaskSpec` (papa.data.custom.resolve_task), and passed down.
 """
 
 from .. import hugepages
@@ -29,9 +29,9 @@ def command(run, argv=None):
 def averaging_main(kind, argv=None):
     """run_papa_glue_avgs_creator.py / run_papa_ner_avgs_creator.py."""
     def run(argv):
-        from ..arguments import parse_averaging_args
-        from ..custom import resolve_task
-        from ..runs import run_averaging
+        from ..runs.arguments import parse_averaging_args
+        from ..data.custom import resolve_task
+        from ..runs.run import run_averaging
 
         args = parse_averaging_args(argv)
         run_averaging(resolve_task(kind, args.task_name, args.train_file, args.dataset_name, args.dataset_config_name,
@@ -43,9 +43,9 @@ def averaging_main(kind, argv=None):
 def probing_main(kind, argv=None):
     """run_papa_glue.py / run_papa_ner.py."""
     def run(argv):
-        from ..arguments import parse_training_args
-        from ..custom import resolve_task
-        from ..runs import run_probing
+        from ..runs.arguments import parse_training_args
+        from ..data.custom import resolve_task
+        from ..runs.run import run_probing
 
         model_args, data_args, training_args = parse_training_args(argv)
         task = resolve_task(kind, data_args.task_name, data_args.train_file, data_args.dataset_name,

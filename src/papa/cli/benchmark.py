@@ -4,7 +4,7 @@ from . import command
 
 
 def run(argv):
-    from ..arguments import parse_dataclasses
+    from ..runs.arguments import parse_dataclasses
     from ..benchmark.arguments import BenchmarkArguments
     from ..benchmark.run import run_benchmark
 

@@ -1,6 +1,6 @@
 """`papa-glue`: PAPA steps 2 and 3 for sequence (GLUE) tasks: rank heads, probe with k constant.
 
-The original run_papa_glue.py (papa_scripts/ shows its commands; flags: papa.arguments).
+The original run_papa_glue.py (papa_scripts/ shows its commands; flags: papa.runs.arguments).
 """
 
 from . import probing_main

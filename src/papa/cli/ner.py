@@ -1,6 +1,6 @@
 """`papa-ner`: PAPA steps 2 and 3 for token (NER, POS, chunk) tasks: rank heads, probe with k constant.
 
-The original run_papa_ner.py (flags: papa.arguments).
+The original run_papa_ner.py (flags: papa.runs.arguments).
 """
 
 from . import probing_main

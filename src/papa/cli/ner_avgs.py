@@ -1,6 +1,6 @@
 """`papa-ner-avgs`: PAPA step 1 for token (NER, POS, chunk) tasks: average every head's attention.
 
-The original run_papa_ner_avgs_creator.py (flags: papa.arguments).
+The original run_papa_ner_avgs_creator.py (flags: papa.runs.arguments).
 """
 
 from . import averaging_main

@@ -55,7 +55,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from ..constant_math import (constant_attention_output, constants_in, dropped_constant_output, in_place_ok,
+from .constant_math import (constant_attention_output, constants_in, dropped_constant_output, in_place_ok,
                              mean_output, normalize_rows, normalized_constant)
 from ..errors import PapaError
 from .pruning import head_rows, input_dim, joint_linear
@@ -125,7 +125,7 @@ class PapaAttention:
     mean_outputs   (S, T, d) parameter in mean_output mode, or None
     lambdas        (H,) parameter in mix mode, or None
     papa_band_mask (T, T) where constant heads may attend, or None (no restriction)
-    papa_return_probs  True while papa.averaging records the attention (returns probabilities
+    papa_return_probs  True while papa.method.averaging records the attention (returns probabilities
                    without asking HF to collect every layer's)
     papa_head_order    the heads' layout (module docstring); set by `papa_reorder_heads`
     """
@@ -136,7 +136,7 @@ class PapaAttention:
 
     def forward(self, *args, **kwargs):
         if self.papa_layout_pending:
-            raise PapaError("this PAPA layer's heads are not laid out yet: call papa.attention.reorder_heads(model)")
+            raise PapaError("this PAPA layer's heads are not laid out yet: call papa.method.attention.reorder_heads(model)")
         call = self.papa_call(*args, **kwargs)
         B, T, _ = call.hidden_states.shape
         self._check_length(T)

@@ -75,7 +75,7 @@ def joint_linear(x, *linears):
     """(linear(x) for linear in linears), as one GEMM over their concatenated rows where that computes the same.
 
     A pruned layer's queries and keys are two half-width GEMMs, which on CPU run up to ~15% slower than one of
-    their joint width (benchmarks/README.md, "Partly constant layers"); concatenating the weights costs less than
+    their joint width (docs/performance.md, "Partly constant layers"); concatenating the weights costs less than
     that. Under autograd the concatenation is differentiable, so trained projections get their gradients. Any
     other kind of layer (LoRA, quantised, offloaded, a hook on it, a bias, device or dtype of its own) runs its
     own forward.

@@ -1,10 +1,10 @@
-"""The sweep's command-line arguments (papa-sweep / run_papa_sweep.py), parsed as papa/arguments.py parses every
+"""The sweep's command-line arguments (papa-sweep / run_papa_sweep.py), parsed as papa/runs/arguments.py parses every
 command's: HF's `HfArgumentParser`, honest booleans, a PapaError for a bad flag or value; flags the sweep does not
 know are passed through to the training runs."""
 
 from dataclasses import dataclass, field
 
-from ..arguments import SWEEP_CONTROLS, parse_dataclasses
+from ..runs.arguments import SWEEP_CONTROLS, parse_dataclasses
 from ..errors import PapaError, check_positive, check_seed, check_writable_folder
 
 
@@ -128,7 +128,7 @@ class SweepArguments:
 
     @property
     def task_names(self):
-        """The tasks asked for; [None] means a task of your own read off --train_file (papa.custom)."""
+        """The tasks asked for; [None] means a task of your own read off --train_file (papa.data.custom)."""
         return list(self.task_name) if isinstance(self.task_name, list) else [self.task_name]
 
     @property

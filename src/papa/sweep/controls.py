@@ -25,7 +25,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from ..arguments import SWEEP_CONTROLS
+from ..runs.arguments import SWEEP_CONTROLS
 from ..io import save_json, save_tensor
 
 

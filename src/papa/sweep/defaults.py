@@ -38,7 +38,7 @@ REPEAT_DEFAULTS = {
     "evaluation_strategy": "no",
 }
 
-# The language-modelling task (papa.lm_data): the probing runs only evaluate (no probe), so their epochs are
+# The language-modelling task (papa.data.lm): the probing runs only evaluate (no probe), so their epochs are
 # unused; the ranking run trains the λ alone on the LM loss, one epoch at the repeat task's step size.
 LM_DEFAULTS = {
     "max_seq_length": 128,
@@ -61,7 +61,7 @@ RESERVED_FLAGS = {
 
 
 def task_defaults(task):
-    """The defaults for a task (a papa.tasks.TaskSpec): measured quick ones for the built-in task, lm's, else the
+    """The defaults for a task (a papa.data.tasks.TaskSpec): measured quick ones for the built-in task, lm's, else the
     README's."""
     if task.kind == "lm":
         return LM_DEFAULTS

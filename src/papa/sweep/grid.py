@@ -20,8 +20,8 @@ import sys
 import time
 
 from ..errors import PapaError
-from ..custom import resolve_task
-from ..task_folders import resolve_data_dir
+from ..data.custom import resolve_task
+from ..data.task_folders import resolve_data_dir
 from .launchers import check_launcher, make_launcher, run_scheduled, sweep_tasks
 from .run import begin_sweep, execute_sweep, finish_sweep, model_display_name, prepare_sweep, run_sweep
 from .stages import human
@@ -102,7 +102,7 @@ def run_pairs_launched(pairs, launcher):
 
 def run_grid(args, passthrough=()):
     """Run the sweep for every model x task of SweepArguments `args` (one pair: a plain sweep, as before)."""
-    # no --task_name but --train_file: a custom sequence task read off the file (papa.custom)
+    # no --task_name but --train_file: a custom sequence task read off the file (papa.data.custom)
     check_launcher(args)
     tasks = [resolve_task(None, name, args.train_file, cache_dir=args.cache_dir) for name in args.task_names]
     tasks = list({t.name: t for t in tasks}.values())

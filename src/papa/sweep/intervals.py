@@ -26,7 +26,7 @@ import zlib
 import numpy as np
 
 from ..errors import PapaError
-from ..predictions import as_arrays, identity_keys, metric_file, read_predictions, record_keys
+from ..runs.predictions import as_arrays, identity_keys, metric_file, read_predictions, record_keys
 
 BOOTSTRAP_SEED = 0
 CONFIDENCE = 0.95
@@ -89,7 +89,7 @@ def entity_counts(labels, predictions):
 
 def resampled_metric(task, metric, labels, predictions):
     """f(example indices (r, n)) -> the metric on each resample (r,); None for a metric without a recipe.
-    lm: `labels` are the blocks' token counts, `predictions` their nll sums (papa.predictions.record_keys)."""
+    lm: `labels` are the blocks' token counts, `predictions` their nll sums (papa.runs.predictions.record_keys)."""
     if task.kind == "lm":
         columns = np.stack([np.asarray(predictions, dtype=np.float64), np.asarray(labels, dtype=np.float64)], axis=1)
         loss = {"loss": lambda s, n: s[:, 0] / s[:, 1], "perplexity": lambda s, n: np.exp(s[:, 0] / s[:, 1])}
@@ -177,7 +177,7 @@ def percentile_interval(stats, confidence=CONFIDENCE):
 
 
 class PredictionStore:
-    """Each run's resampled metrics, read once from its eval_predictions*.jsonl (papa.predictions)."""
+    """Each run's resampled metrics, read once from its eval_predictions*.jsonl (papa.runs.predictions)."""
 
     def __init__(self, task):
         self.task, self.cache = task, {}
@@ -185,7 +185,7 @@ class PredictionStore:
     def metric(self, folder, metric):
         """(f(example indices) -> metric, what names its examples) of the run in `folder` for an eval_results key;
         the function is None for a metric without a recipe. The examples are named by their labels (lm: token
-        counts and block digests, papa.predictions.identity_keys)."""
+        counts and block digests, papa.runs.predictions.identity_keys)."""
         key = (folder, metric)
         if key not in self.cache:
             file, name = metric_file(metric)

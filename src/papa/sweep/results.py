@@ -52,7 +52,7 @@ def relative_change(value, reference, direction=1):
 
 
 def build_results(k_results, task, total_heads):
-    """The results table from {k: eval_results dict}, for `task` (a papa.tasks.TaskSpec).
+    """The results table from {k: eval_results dict}, for `task` (a papa.data.tasks.TaskSpec).
 
     Returns (columns, rows): one row per k (ascending) with `k`, `fraction_constant` (k / total
     heads), every eval_* quality metric (main ones first), and for each main metric
@@ -295,7 +295,7 @@ def remove_results(output_dir):
 def write_results(plan, model_name, stages=()):
     """results.csv, results_per_seed.csv, results.md, results.png, lambdas.png, constant_matrices.png for `plan`
     (papa.sweep.run.Plan)."""
-    from .. import plots
+    from . import plots
 
     output_dir, task, total_heads = plan.output_dir, plan.task, plan.total_heads
     tables, samples = seed_tables(plan)

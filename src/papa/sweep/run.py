@@ -5,7 +5,7 @@
     <output_dir>/k_<k>/  papa.cli.{glue,ner} --static_heads_num k                 → eval_results.json
     <output_dir>/uniform_k_<k>/, random_k_<k>/, mean_k_<k>/   the --controls (papa.sweep.controls)
     with --seeds: k_<k>_seed_<s>/ (controls alike) per seed, and with --rank_per_seed sort_seed_<s>/
-    <output_dir>/tokenized/   each split tokenised once, shared by the stages (papa.tokenized_cache)
+    <output_dir>/tokenized/   each split tokenised once, shared by the stages (papa.data.tokenized_cache)
 
 Every stage runs in a process of its own, as `python -m papa.cli.<command>` (what a user would
 type) runs it: a fork of papa.fork_server, else a subprocess. So no torch state
@@ -20,12 +20,12 @@ import shlex
 import time
 from dataclasses import dataclass
 
-from ..arguments import parse_training_args
+from ..runs.arguments import parse_training_args
 from ..errors import PapaError, first_line
 from ..io import save_json
-from ..modeling import default_model_path, local_model_path
-from ..tasks import KINDS
-from ..tokenized_cache import CACHE_ENV
+from ..models.modeling import default_model_path, local_model_path
+from ..data.tasks import KINDS
+from ..data.tokenized_cache import CACHE_ENV
 from . import controls
 from .child import start_fork_server
 from .defaults import averaging_flags, check_passthrough, default_static_heads_nums, task_defaults
@@ -38,7 +38,7 @@ from .stages import Stage, human, run_stage
 class Plan:
     """Everything the stages need, resolved: the model, the k to probe, the hyper-parameters."""
 
-    task: object  # papa.tasks.TaskSpec
+    task: object  # papa.data.tasks.TaskSpec
     model_path: str
     layers: int
     heads_per_layer: int
@@ -79,7 +79,7 @@ class Plan:
 
 
 def model_heads(model_path, task=None):
-    """(layers, heads per layer) from the model's config; for the lm task, a decoder's (papa.pretrained.check_lm_model)."""
+    """(layers, heads per layer) from the model's config; for the lm task, a decoder's (papa.models.pretrained.check_lm_model)."""
     from transformers import AutoConfig
 
     try:
@@ -87,7 +87,7 @@ def model_heads(model_path, task=None):
     except (OSError, ValueError) as err:
         raise PapaError(f"cannot load the config of model {model_path!r}: {first_line(err)}") from None
     if task is not None and task.kind == "lm":
-        from ..pretrained import check_lm_model
+        from ..models.pretrained import check_lm_model
 
         check_lm_model(config, model_path)
     layers, heads = getattr(config, "num_hidden_layers", None), getattr(config, "num_attention_heads", None)
@@ -105,7 +105,7 @@ def model_display_name(model_name_or_path):
 def make_plan(args, task):
     """The Plan for SweepArguments `args` on `task`: flags given, else the task's defaults."""
     defaults = task_defaults(task)
-    # a .gguf file is converted here, once, before any stage (papa.gguf); the stages load the folder
+    # a .gguf file is converted here, once, before any stage (papa.models.gguf); the stages load the folder
     model_path = local_model_path(args.model_name_or_path) or default_model_path()
     layers, heads = model_heads(model_path, task)
     if args.static_heads_nums is None:
@@ -144,7 +144,7 @@ def make_stages(plan, args, passthrough):
     avgs_module, train_module = (f"papa.cli.{name}" for name in KINDS[plan.task.kind]["cli"])
     avgs_script, train_script = KINDS[plan.task.kind]["scripts"]
     avgs_dir = os.path.join(plan.output_dir, "avgs")
-    # a custom task (papa.custom) has no name to pass: each stage reads it off --train_file again
+    # a custom task (papa.data.custom) has no name to pass: each stage reads it off --train_file again
     source = ["--model_name_or_path", plan.model_path] + ([] if plan.task.custom else ["--task_name", plan.task.name])
     for flag, value in (("--data_dir", args.data_dir), ("--train_file", args.train_file),
                         ("--cache_dir", args.cache_dir)):
@@ -156,7 +156,7 @@ def make_stages(plan, args, passthrough):
         if value is not None:
             limits += [flag, str(value)]
 
-    # lm (papa.lm_data): contiguous blocks of text, the model's own LM head; no PAPA layout, no probe to train
+    # lm (papa.data.lm): contiguous blocks of text, the model's own LM head; no PAPA layout, no probe to train
     lm = plan.task.kind == "lm"
     avgs_args = [*source, "--max_length", str(plan.max_seq_length),
                  "--per_device_train_batch_size", str(plan.avgs_batch_size), "--output_dir", avgs_dir,

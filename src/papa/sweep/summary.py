@@ -41,7 +41,7 @@ class PairOutcome:
     """One pair of a grid: what was planned, and its results (papa.sweep.results.Results) or its error."""
 
     model: str  # display name
-    task: object  # papa.tasks.TaskSpec
+    task: object  # papa.data.tasks.TaskSpec
     total_heads: int
     ks: list
     controls: tuple = ()
@@ -259,7 +259,7 @@ def summary_panels(outcomes):
 def write_summary(output_dir, outcomes):
     """summary.csv, summary.md and (when a pair finished above chance) summary.png in `output_dir`; returns the
     markdown."""
-    from .. import plots
+    from . import plots
 
     save_text(summary_csv(summary_rows(outcomes)), os.path.join(output_dir, "summary.csv"))
     markdown = summary_markdown(outcomes)

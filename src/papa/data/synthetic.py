@@ -37,7 +37,7 @@ import random
 
 from datasets import ClassLabel, Dataset, DatasetDict, Features, Value
 
-from .errors import PapaError
+from ..errors import PapaError
 
 REPEAT_LABELS = ["new", "repeated"]  # index = label
 

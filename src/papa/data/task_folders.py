@@ -3,13 +3,13 @@
 The official folder names are GLUE's (CoLA, SST-2, MRPC, QQP, STS-B, MNLI, QNLI, RTE, WNLI; the lm tasks
 read off GLUE text use their task's) and conll2003 for ner, pos and chunk, found directly under the root or one
 level down: `../shared/data` holds `glue/CoLA` and `conll2003`. The grid (papa.sweep.grid) and the single
-scripts (papa.runs) both resolve --data_dir here, so each accepts the root as well as the task's folder.
+scripts (papa.runs.run) both resolve --data_dir here, so each accepts the root as well as the task's folder.
 """
 
 import os
 from pathlib import Path
 
-from .errors import PapaError
+from ..errors import PapaError
 
 TOKEN_TASKS_FOLDER = "conll2003"
 
@@ -23,7 +23,7 @@ def task_folder_name(task):
 
 def holds_task_files(folder, task):
     """True when `folder` holds the task's training file itself (train.tsv; CoNLL train.txt/.conll; for an lm task
-    read off a GLUE folder, its dev.tsv will do: papa.lm_data)."""
+    read off a GLUE folder, its dev.tsv will do: papa.data.lm)."""
     names = (("train.txt", "train.conll") if task.kind == "token"
              else ("train.tsv", "dev.tsv") if task.kind == "lm" else ("train.tsv",))
     return any((Path(folder) / name).is_file() for name in names)

@@ -10,8 +10,8 @@ import os
 
 import numpy as np
 
-from .errors import PapaError
-from .io import load_json, save_json, save_npy
+from ..errors import PapaError
+from ..io import load_json, save_json, save_npy
 
 
 def sorted_heads_from_lambdas(lambdas):

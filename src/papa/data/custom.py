@@ -1,6 +1,6 @@
 """Tasks from the user's own data, built as HF's run_glue.py / run_ner.py build them, and `resolve_task`.
 
-`resolve_task` is where a command turns its flags into a `papa.tasks.TaskSpec`, once: a registered
+`resolve_task` is where a command turns its flags into a `papa.data.tasks.TaskSpec`, once: a registered
 task by name, or a custom one read off the training data and then passed down like any other.
 
 - Sequence (no --task_name, as run_glue): CSV/JSON files with a "label" column, or a hub dataset
@@ -15,7 +15,7 @@ from pathlib import Path
 
 import datasets
 
-from .errors import PapaError
+from ..errors import PapaError
 from .tasks import TASKS, TaskSpec, _squash, get_task, task_names
 
 CUSTOM_NAME = "custom"  # a custom sequence task's name (predict_results_custom.txt, papa_sweep_custom/)
@@ -23,7 +23,7 @@ CUSTOM_NAME = "custom"  # a custom sequence task's name (predict_results_custom.
 
 def _train_table(train_file, dataset_name, dataset_config_name, cache_dir, what):
     """The training data a custom task is read off: --train_file (CSV/JSON), else --dataset_name's train split."""
-    from .data import hub_dataset, hub_split, read_table
+    from .glue import hub_dataset, hub_split, read_table
 
     if train_file is not None:
         return read_table(train_file, "--train_file", cache_dir), str(train_file)

@@ -1,20 +1,20 @@
 """The task registry: everything PAPA knows about a task, in one frozen `TaskSpec` per task.
 
 A command resolves `--task_name` once, with `get_task` (case-insensitive, `-`/`_` ignored, so
-`COLA`, `SST-2` and `sts_b` work), and passes the spec down: the readers (papa.data, papa.conll),
-the tokenisation (papa.preprocessing), the metrics (papa.metrics), the model class and the sweep's
+`COLA`, `SST-2` and `sts_b` work), and passes the spec down: the readers (papa.data.glue, papa.data.conll),
+the tokenisation (papa.data.preprocessing), the metrics (papa.runs.metrics), the model class and the sweep's
 results table all read it. Adding a task is one entry in `TASKS`.
 
 Three kinds of task exist, and what differs between them beyond a spec's fields is in `KINDS`:
 "sequence" (GLUE-style sentence or sentence-pair classification, or regression), "token"
-(CoNLL-2003 tagging) and "lm" (language modelling with a decoder's own LM head, papa.lm_data; run by
+(CoNLL-2003 tagging) and "lm" (language modelling with a decoder's own LM head, papa.data.lm; run by
 the sequence scripts). A metric in a spec's `lower_is_better` (perplexity) is a loss: the sweep's
 relative changes are changes in performance, negative = worse, for every metric (`TaskSpec.direction`).
 """
 
 from dataclasses import dataclass
 
-from .errors import PapaError
+from ..errors import PapaError
 
 KINDS = {
     "sequence": {"model_class": "AutoModelForSequenceClassification", "cli": ("glue_avgs", "glue"),
@@ -48,7 +48,7 @@ class TaskSpec:
     kind: str  # a key of KINDS
     text_columns: tuple[str, ...] = ()  # sequence tasks: the one or two text columns, HF `glue` names
     labels: tuple[str, ...] | None = None  # None: regression (stsb)
-    metrics: tuple[str, ...] = ("accuracy",)  # sequence tasks: keys of papa.metrics.SEQUENCE_METRICS
+    metrics: tuple[str, ...] = ("accuracy",)  # sequence tasks: keys of papa.runs.metrics.SEQUENCE_METRICS
     main_metrics: tuple[str, ...] = ("accuracy",)  # the sweep's table columns (no "eval_"); the first is plotted
     chance: float | None = None  # the first main metric for a guess that ignores the input, where known
     # official GLUE TSV: {header name or position: column}; positions mean a header-less file of tsv_fields fields
@@ -64,7 +64,7 @@ class TaskSpec:
     conll_column: int | None = None  # token tasks: the tag's column in `TOKEN POS CHUNK NER` lines
     generator: object = None  # synthetic tasks: a function returning the DatasetDict (no files, no hub)
     quick_sweep: bool = False  # the sweep's defaults: papa.sweep.defaults.REPEAT_DEFAULTS, not the original README's
-    custom: bool = False  # built from the user's files (papa.custom): labels matched by value, no combined_score
+    custom: bool = False  # built from the user's files (papa.data.custom): labels matched by value, no combined_score
     lower_is_better: tuple[str, ...] = ()  # metrics (no "eval_") whose rise is a loss, e.g. perplexity
 
     def direction(self, metric):
@@ -132,16 +132,16 @@ TASKS = {spec.name: spec for spec in (
           (("sentence1", "sentence1"), ("sentence2", "sentence2"), ("label", "label"))),
     _glue("wnli", PAIR, ("not_entailment", "entailment"), "WNLI",
           (("sentence1", "sentence1"), ("sentence2", "sentence2"), ("label", "label")), **BINARY_IDS),
-    # built-in synthetic task (papa.synthetic); labels = REPEAT_LABELS, balanced, so chance is 1/2
+    # built-in synthetic task (papa.data.synthetic); labels = REPEAT_LABELS, balanced, so chance is 1/2
     TaskSpec("repeat", "sequence", ("sentence",), ("new", "repeated"), chance=0.5,
              tsv_columns=(("sentence", "sentence"), ("label", "label")), tsv_labels="any", generator=_repeat_dataset,
              quick_sweep=True),
     _conll("ner", 3, CONLL_NER),
     _conll("pos", 1, CONLL_POS),
     _conll("chunk", 2, CONLL_CHUNK),
-    # language modelling (papa.lm_data): plain text chunked into blocks of T tokens, scored by the model's LM head
+    # language modelling (papa.data.lm): plain text chunked into blocks of T tokens, scored by the model's LM head
     TaskSpec("lm", "lm", ("text",), **LM),
-    # the same on real text already on disk: the sentences of a GLUE folder's TSVs, one per line (papa.lm_data)
+    # the same on real text already on disk: the sentences of a GLUE folder's TSVs, one per line (papa.data.lm)
     TaskSpec("lm_qnli", "lm", ("sentence",), glue_folder="QNLI", tsv_columns=(("sentence", "sentence"),), **LM),
     # MRPC's first sentence of each pair only: the second paraphrases it, and would make the text a copying task
     TaskSpec("lm_mrpc", "lm", ("sentence",), glue_folder="MRPC", tsv_columns=(("#1 String", "sentence"),), **LM),

@@ -19,8 +19,8 @@ import os
 import shutil
 import tempfile
 
-from .console import stage
-from .errors import PapaError, first_line
+from ..console import stage
+from ..errors import PapaError, first_line
 
 GGUF_MAGIC = b"GGUF"
 SOURCE_FILE = "gguf_source.json"  # beside the converted model: what it was made from
@@ -89,7 +89,7 @@ def convert_gguf(path, out):
     """Dequantise GGUF file `path` into an HF folder `out`: config, float32 safetensors, tokenizer."""
     from transformers import AutoConfig, AutoModel, AutoModelForCausalLM, AutoTokenizer
 
-    from .families import family_for
+    from ..families import family_for
 
     where, name = os.path.split(path)
     try:

@@ -16,9 +16,9 @@ import os
 import numpy as np
 from transformers.trainer_utils import get_last_checkpoint
 
-from .console import stage
-from .errors import PapaError
-from .io import load_json_object, save_json, save_text
+from ..console import stage
+from ..errors import PapaError
+from ..io import load_json_object, save_json, save_text
 from .metrics import token_predictions_to_tags
 
 

@@ -17,8 +17,8 @@ import os
 
 import numpy as np
 
-from .errors import PapaError
-from .io import save_text
+from ..errors import PapaError
+from ..io import save_text
 from .metrics import (compute_glue_metrics, compute_lm_metrics, compute_token_metrics, predicted_tokens,
                       token_predictions_to_tags)
 

@@ -21,8 +21,8 @@ matplotlib.use("Agg")
 import numpy as np  # noqa: E402
 from matplotlib.figure import Figure  # noqa: E402
 
-from .errors import PapaError  # noqa: E402
-from .io import atomic_path, load_json  # noqa: E402
+from ..errors import PapaError  # noqa: E402
+from ..io import atomic_path, load_json  # noqa: E402
 
 DPI = 120
 CONTROL_STYLES = ({"linestyle": "--", "marker": "s"}, {"linestyle": ":", "marker": "^"},
@@ -121,7 +121,7 @@ def plot_lambdas(lambdas, path, title="λ of the ranking run"):
 def plot_constant_matrices(avgs, sorted_heads, path, title="constant matrices", count=4):
     """The `count` first-ranked heads' constant matrices, each titled with layer, head and rank."""
     if isinstance(avgs, (str, os.PathLike)):
-        from .attention import load_constant_matrices
+        from ..method.attention import load_constant_matrices
 
         avgs = load_constant_matrices(avgs)
     avgs = np.asarray(avgs, dtype=float)

@@ -11,7 +11,7 @@ depends on:
 - the tokenizer's serialised state (vocabulary, normaliser, pre-tokeniser, special tokens),
 - every argument of the tokenisation (T, layout, padding, label list, label_all_tokens, a decoder's
   layout (`causal`), ...), and the tokenizer's pad id, padding side and add_prefix_space,
-- the task's spec, the tokenisation code (papa/preprocessing.py) and the library versions.
+- the task's spec, the tokenisation code (papa/data/preprocessing.py) and the library versions.
 
 So a hit is what tokenising again would give (tested), and any change is a miss; old entries stay
 (delete `tokenized/` to reclaim the space). Without the variable, or with a tokenizer that has no
@@ -55,7 +55,7 @@ def tokenizer_digest(tokenizer):
     # the padding/truncation settings of its last call, which every call sets anew
     state.pop("padding", None)
     state.pop("truncation", None)
-    # what papa.pretrained.fit_tokenizer may change (pad = eos, right padding) and the token tasks' prefix space
+    # what papa.models.pretrained.fit_tokenizer may change (pad = eos, right padding) and the token tasks' prefix space
     own = {"class": type(tokenizer).__name__, "sep": tokenizer.sep_token_id, "pad": tokenizer.pad_token_id,
            "eos": tokenizer.eos_token_id, "padding_side": tokenizer.padding_side,
            "truncation_side": tokenizer.truncation_side, "inputs": list(tokenizer.model_input_names),

@@ -2,20 +2,20 @@
 word and tag lists, the hub (`--dataset_name`, else eriktks/conll2003) only as a fallback.
 
 A CoNLL file has one `TOKEN POS CHUNK NER` line per token and a blank line between sentences; the
-task's `conll_column` (papa.tasks) picks the tag. A JSON file (or hub dataset) has a column of word
+task's `conll_column` (papa.data.tasks) picks the tag. A JSON file (or hub dataset) has a column of word
 lists and one of tag lists, found as HF's run_ner finds them (--text_column_name, else `tokens`, else
 the first column; --label_column_name, else `<task>_tags`, else the second). Sentences become
 "tokens" and "tags": ids into the task's labels, which are the canonical CoNLL-2003 tag lists for
 ner/pos/chunk (so a tag that a training slice lacks still has an id) and the sorted training tags for a
-custom task (papa.custom). Bad files raise `PapaError` naming the file and line.
+custom task (papa.data.custom). Bad files raise `PapaError` naming the file and line.
 """
 
 from pathlib import Path
 
 import datasets
 
-from .data import hub_dataset, hub_split, read_table
-from .errors import PapaError
+from .glue import hub_dataset, hub_split, read_table
+from ..errors import PapaError
 from .tasks import get_task
 
 TOKEN_FLAGS_HINT = ("pass --data_dir (a folder with CoNLL-2003 train.txt and valid.txt) "

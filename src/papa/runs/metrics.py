@@ -12,8 +12,8 @@ import warnings
 
 import numpy as np
 
-from .errors import PapaError
-from .tasks import get_task
+from ..errors import PapaError
+from ..data.tasks import get_task
 
 IGNORE_INDEX = -100
 
@@ -140,7 +140,7 @@ def trainer_metrics(task, label_list, entity_level=False):
     """A Trainer `compute_metrics` for `task` (a TaskSpec); `label_list`: id -> label name (None: regression).
 
     It keeps the last (logits, label ids) it scored (lm: per-block nll sums and the blocks' labels) as
-    `compute.last`, so the run can write the very predictions behind its metrics (papa.predictions) without a
+    `compute.last`, so the run can write the very predictions behind its metrics (papa.runs.predictions) without a
     second pass over the evaluation set.
     """
     def compute(prediction):

@@ -1,9 +1,9 @@
 """Sequence-task data, offline first: local GLUE TSVs / CSV / JSON, the synthetic generator, the hub
-(`--dataset_name`, else the task's own dataset) only as a fallback (token tasks: papa.conll).
+(`--dataset_name`, else the task's own dataset) only as a fallback (token tasks: papa.data.conll).
 
 Every source ends up with the column names of the HF `glue` dataset (a custom task's: its own, see
-papa.custom), so the scripts never care where the data came from. What a task's files look like
-(columns, label format, file names) is in its `papa.tasks.TaskSpec`. Test splits (--do_predict) carry
+papa.data.custom), so the scripts never care where the data came from. What a task's files look like
+(columns, label format, file names) is in its `papa.data.tasks.TaskSpec`. Test splits (--do_predict) carry
 no labels: the official GLUE test files have none. Bad files raise `PapaError` naming the file and
 line, because a silently skipped row would quietly change the probing results.
 """
@@ -14,7 +14,7 @@ from pathlib import Path
 
 import datasets
 
-from .errors import PapaError
+from ..errors import PapaError
 from .tasks import get_task
 
 DATA_FLAGS_HINT = ("pass --data_dir (a folder with the official GLUE TSVs: train.tsv, dev.tsv) "

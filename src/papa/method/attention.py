@@ -4,7 +4,7 @@ Instead of softmax(QKᵀ/√d) a constant head uses a fixed T×T matrix C (the h
 attention over the training set, `avgs.pt`), re-normalised to the padding of each example; its
 query/key projections are pruned away. In mix mode ("sort calculating") every head mixes both
 with a trainable weight: σ(λ)·A + (1−σ(λ))·norm(C). The math is the original PAPA code's
-(Hassid et al., 2022) and lives in papa/constant_math.py; the forward shared by every family in
+(Hassid et al., 2022) and lives in papa/families/constant_math.py; the forward shared by every family in
 papa/families/base.py; what differs per family (BERT, RoBERTa, XLM-R, CamemBERT, ELECTRA,
 DeBERTa v1/v2/v3, ModernBERT; the decoders GPT-2, Llama, Mistral, Qwen2, Qwen3, Gemma2, Gemma3
 (text), Granite, SmolLM3) in one adapter each under papa/families/. A decoder's constant head
@@ -20,9 +20,9 @@ import os
 import torch
 from torch import nn
 
-from .constant_math import constant_attention_output, normalized_constant  # noqa: F401  (public math)
-from .families import PapaAttention, attention_modules, family_for
-from .errors import PapaError, first_line
+from ..families.constant_math import constant_attention_output, normalized_constant  # noqa: F401  (public math)
+from ..families import PapaAttention, attention_modules, family_for
+from ..errors import PapaError, first_line
 
 HEAD_LAYOUT = "dynamic_first"  # config.papa["head_layout"] of models patched by this version
 

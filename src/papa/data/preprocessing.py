@@ -9,7 +9,7 @@ Decoders (GPT-2, the Llama family) have no [CLS]/[SEP] to move: `decoder_sequenc
 pair's second text at T//2 instead, and token rows stay as the tokenizer right-padded them.
 """
 
-from .errors import PapaError
+from ..errors import PapaError
 
 IGNORE_INDEX = -100  # label of positions the loss and the metrics skip (HF convention)
 
@@ -61,7 +61,7 @@ def papa_sequence_layout(input_ids: list[int], token_type_ids: list[int] | None,
 
 
 def check_right_padding(tokenizer):
-    """Rows padded to T must start at position 0, where avgs.pt's positions start (papa.pretrained sets it)."""
+    """Rows padded to T must start at position 0, where avgs.pt's positions start (papa.models.pretrained sets it)."""
     if getattr(tokenizer, "padding_side", "right") != "right":
         raise PapaError(f"the tokenizer pads on the {tokenizer.padding_side}; PAPA's positions must line up with "
                         f"avgs.pt, so set tokenizer.padding_side = 'right' (the scripts do)")

@@ -29,10 +29,10 @@ import torch
 import torch.distributed as dist
 
 from .attention import head_dim
-from .constant_math import padding_pattern
-from .families import PapaAttention, accepts_token_type_ids, attention_modules, family_for
-from .errors import PapaError
-from .io import load_json_object, save_json, save_tensor
+from ..families.constant_math import padding_pattern
+from ..families import PapaAttention, accepts_token_type_ids, attention_modules, family_for
+from ..errors import PapaError
+from ..io import load_json_object, save_json, save_tensor
 
 
 class AttentionAverager:

@@ -16,9 +16,9 @@ from typing import Literal
 
 from transformers import HfArgumentParser, TrainingArguments
 
-from .errors import PapaError, check_positive, check_seed, check_writable_folder, first_line
-from .io import load_json_object
-from .modeling import training_mode
+from ..errors import PapaError, check_positive, check_seed, check_writable_folder, first_line
+from ..io import load_json_object
+from ..models.modeling import training_mode
 
 # the sweep's control runs (papa.sweep.controls)
 SWEEP_CONTROLS = ("uniform", "random_order", "mean_output")
@@ -46,7 +46,7 @@ class ModelArguments:
     model_name_or_path: str | None = field(default=None, metadata={
         "help": "HF model name or folder, of any supported family: the encoders BERT, RoBERTa, XLM-R, CamemBERT, "
                 "ELECTRA, DeBERTa v1/v2/v3, ModernBERT and the decoders GPT-2, Llama, Mistral, Qwen2, Qwen3, Gemma2, "
-                "Gemma3 (text), Granite, SmolLM3; or a .gguf file (converted once, papa.gguf), or `smollm2` (the bundled "
+                "Gemma3 (text), Granite, SmolLM3; or a .gguf file (converted once, papa.models.gguf), or `smollm2` (the bundled "
                 "SmolLM2-135M-Instruct). Default: the bundled all-MiniLM-L6-v2."})
     config_name: str | None = field(default=None, metadata={"help": "Config name or folder, if not the model's."})
     tokenizer_name: str | None = field(default=None, metadata={"help": "Tokenizer name or folder, if not the model's."})

@@ -18,9 +18,9 @@ from pathlib import Path
 
 import datasets
 
-from .console import stage
-from .data import hub_dataset, hub_split, read_glue_tsv
-from .errors import PapaError
+from ..console import stage
+from .glue import hub_dataset, hub_split, read_glue_tsv
+from ..errors import PapaError
 from .task_folders import resolve_data_dir
 
 GROUP_BATCH = 1000  # documents concatenated together: datasets.map's default batch, as in run_clm

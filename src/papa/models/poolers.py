@@ -19,8 +19,8 @@ from torch import nn
 from torch.nn import CrossEntropyLoss, MSELoss
 from transformers.modeling_outputs import SequenceClassifierOutput, TokenClassifierOutput
 
-from .families import accepts_token_type_ids, family_for
-from .errors import PapaError
+from ..families import accepts_token_type_ids, family_for
+from ..errors import PapaError
 
 
 def _init_linear(linear, config):

@@ -13,10 +13,10 @@ import os
 
 from transformers import AutoConfig, AutoTokenizer
 
-from .console import stage
-from .data import hub_is_offline
-from .errors import PapaError, first_line
-from .families import FAMILIES, family_for
+from ..console import stage
+from ..data.glue import hub_is_offline
+from ..errors import PapaError, first_line
+from ..families import FAMILIES, family_for
 from .bundled import default_model_path, local_model_path
 
 # what a model folder needs: config, tokenizer files, weights (no TF/Flax/ONNX copies)
@@ -25,9 +25,9 @@ SNAPSHOT_FILES = ["*.json", "*.txt", "*.model", "*.safetensors", "*.bin"]
 
 def model_folder(path, revision="main", token=None, cache_dir=None):
     """`path`, or for a hub model at another revision or behind a token, its local snapshot folder; for a .gguf
-    file or a bundled name (`smollm2`), its HF folder (papa.bundled.local_model_path).
+    file or a bundled name (`smollm2`), its HF folder (papa.models.bundled.local_model_path).
 
-    papa.modeling.build_model loads weights by path alone, so the revision and the token are applied
+    papa.models.modeling.build_model loads weights by path alone, so the revision and the token are applied
     here, once, and every later load reads the folder.
     """
     path = local_model_path(path)

@@ -1,16 +1,16 @@
 """What the four PAPA scripts do: the averaging pass and the probing run, for a resolved task.
 
 `run_averaging` (run_papa_*_avgs_creator.py): tokenise the train split padded to T (lm: cut into blocks
-of T, papa.lm_data), run the stock model in eval mode without gradients, average every head's attention
+of T, papa.data.lm), run the stock model in eval mode without gradients, average every head's attention
 → avgs.pt and the two sums.
 
 `run_probing` (run_papa_*.py): load the model, replace the first k ranked heads by their constant
 matrices (or mix every head, for the ranking run), freeze what the training mode freezes, train
 (resuming a checkpoint, as HF's scripts do), evaluate and predict with HF's Trainer, and write the
-original's files (papa.outputs). For lm the model is the decoder with its own LM head: no probe; only the
+original's files (papa.runs.outputs). For lm the model is the decoder with its own LM head: no probe; only the
 ranking run (λ) and --grad_for_classifier_and_static_only (the constant matrices) train, on the LM loss.
 
-Both take the task as a `papa.tasks.TaskSpec` (the command resolved it: papa.custom.resolve_task),
+Both take the task as a `papa.data.tasks.TaskSpec` (the command resolved it: papa.data.custom.resolve_task),
 select `--max_*_samples` examples before tokenising, and validate their inputs before any heavy
 work: bad input raises `PapaError`.
 """
@@ -24,24 +24,24 @@ import transformers
 from datasets import DatasetDict
 from transformers import AutoModel, default_data_collator, set_seed
 
-from .attention import head_dim, lambdas_array, load_constant_matrices, load_mean_outputs
-from .averaging import accumulate_attention, averages_info, averages_origin_notes, distributed_context, shard
-from .conll import load_token_task
-from .console import progress_bar, quiet_trainer, stage
-from .data import load_sequence_task
-from .errors import PapaError
-from .families import family_for
-from .io import atomic_files, atomic_path
-from .lm_data import check_lm_flags, check_lm_run, lm_blocks, load_lm_texts
+from ..method.attention import head_dim, lambdas_array, load_constant_matrices, load_mean_outputs
+from ..method.averaging import accumulate_attention, averages_info, averages_origin_notes, distributed_context, shard
+from ..data.conll import load_token_task
+from ..console import progress_bar, quiet_trainer, stage
+from ..data.glue import load_sequence_task
+from ..errors import PapaError
+from ..families import family_for
+from ..io import atomic_files, atomic_path
+from ..data.lm import check_lm_flags, check_lm_run, lm_blocks, load_lm_texts
 from .metrics import block_nll, trainer_metrics
-from .modeling import build_model, check_task_head, save_papa_model, set_trainable, training_mode
+from ..models.modeling import build_model, check_task_head, save_papa_model, set_trainable, training_mode
 from .outputs import (check_checkpoint_matches, checkpoint_to_resume, save_results, write_sequence_predictions,
                       write_token_predictions)
 from .predictions import predictions_file, write_eval_predictions
-from .pretrained import load_config_and_tokenizer
-from .ranking import check_static_heads_num, first_k_heads, load_sorted_heads, save_ranking
-from .task_folders import resolve_data_dir
-from .tokenized_cache import tokenize_cached
+from ..models.pretrained import load_config_and_tokenizer
+from ..method.ranking import check_static_heads_num, first_k_heads, load_sorted_heads, save_ranking
+from ..data.task_folders import resolve_data_dir
+from ..data.tokenized_cache import tokenize_cached
 
 logger = logging.getLogger("papa")
 DEBUG_EXAMPLES = 100  # the original averaging scripts' --debug: the first 100 examples of each split
@@ -78,7 +78,7 @@ def first_examples(dataset, max_samples):
 
 
 def run_averaging(task, args):
-    """The averaging pass (args: papa.arguments.AveragingArguments): writes avgs.pt and the two sums (and,
+    """The averaging pass (args: papa.runs.arguments.AveragingArguments): writes avgs.pt and the two sums (and,
     with --mean_outputs, mean_outputs.pt)."""
     import torch.distributed as dist
     from torch.utils.data import DataLoader, Subset
@@ -278,7 +278,7 @@ def train_and_save(trainer, tokenizer, mix, training_args, checkpoint=None):
 
 def evaluate_and_save(trainer, eval_sets, output_dir, task, label_list):
     """Evaluate on every evaluation split (MNLI: matched and mismatched) into one eval_results.json, and write
-    each split's per-example predictions (papa.predictions: eval_predictions*.jsonl)."""
+    each split's per-example predictions (papa.runs.predictions: eval_predictions*.jsonl)."""
     all_eval = {}
     for prefix, dataset in eval_sets.items():
         results = trainer.evaluate(eval_dataset=dataset, metric_key_prefix=prefix)
