@@ -336,3 +336,21 @@ def test_atomic_files_move_every_file_weights_last_or_none(tmp_path, monkeypatch
             raise RuntimeError("crash")
     assert (folder / "config.json").read_text() == "new config.json"  # nothing moved, no temp folder left
     assert sorted(os.listdir(folder)) == ["config.json", "eval_results.json", "model.safetensors", "vocab.txt"]
+
+
+@pytest.mark.parametrize("script", ["run_papa_glue.py", "run_papa_glue_avgs_creator.py"])
+def test_a_model_path_to_nowhere_is_said_before_the_data_is_read(expect_error, tmp_path, script):
+    """No --data_dir: reading cola would fall back to the hub (minutes of retries online, an error offline); the
+    missing model folder is said first."""
+    extra = ["--do_eval"] if script == "run_papa_glue.py" else []
+    expect_error(script, ["--model_name_or_path", tmp_path / "nowhere", "--task_name", "cola", *extra],
+                 r"cannot load model '.*nowhere': there is no such folder")
+
+
+def test_the_data_root_works_in_the_single_scripts(shared_data, tmp_path, capsys, monkeypatch):
+    """--data_dir ../shared/data (the root the sweep takes) finds CoLA's folder in the averaging script too."""
+    code, err = run_script("run_papa_glue_avgs_creator.py", ["--task_name", "cola", "--data_dir", shared_data,
+                                                              "--max_train_samples", "8", "--max_length", "16",
+                                                              "--output_dir", tmp_path / "avgs"], capsys, monkeypatch)
+    assert code == 0, err
+    assert (tmp_path / "avgs" / "avgs.pt").is_file()

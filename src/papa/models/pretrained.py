@@ -44,10 +44,22 @@ def model_folder(path, revision="main", token=None, cache_dir=None):
                         f"--model_name_or_path") from None
 
 
+def check_path_exists(what, name):
+    """A name written as a path (/, ./, ../, ~) that leads nowhere is a clear error: a hub id never starts so, and
+    the hub would only say "Repo id must be in the form"."""
+    if name is not None and str(name).startswith(("/", "./", "../", "~")) and not os.path.exists(
+            os.path.expanduser(str(name))):
+        raise PapaError(f"cannot load {what} {str(name)!r}: there is no such folder; pass a model folder or a hub name")
+
+
+def check_model_paths(model_name_or_path=None, config_name=None, tokenizer_name=None):
+    """The cheap local checks, before any data is read or the network is asked: every path given exists."""
+    for what, name in (("model", model_name_or_path), ("config", config_name), ("tokenizer", tokenizer_name)):
+        check_path_exists(what, name)
+
+
 def _load(what, loader, name, **kwargs):
-    if str(name).startswith(("/", "./", "../", "~")) and not os.path.exists(os.path.expanduser(name)):
-        # a path, not a hub id (those never start so): say so, rather than the hub's "Repo id must be in the form"
-        raise PapaError(f"cannot load {what} {name!r}: there is no such folder; pass a model folder or a hub name")
+    check_path_exists(what, name)
     try:
         return loader(name, **kwargs)
     except (OSError, ValueError) as err:

@@ -38,7 +38,7 @@ from ..models.modeling import build_model, check_task_head, save_papa_model, set
 from .outputs import (check_checkpoint_matches, checkpoint_to_resume, save_results, write_sequence_predictions,
                       write_token_predictions)
 from .predictions import predictions_file, write_eval_predictions
-from ..models.pretrained import load_config_and_tokenizer
+from ..models.pretrained import check_model_paths, load_config_and_tokenizer
 from ..method.ranking import check_static_heads_num, first_k_heads, load_sorted_heads, save_ranking
 from ..data.task_folders import resolve_data_dir
 from ..data.tokenized_cache import tokenize_cached
@@ -86,6 +86,7 @@ def run_averaging(task, args):
     set_seed(args.seed)
     if task.kind == "lm":
         check_lm_flags(args.use_papa_preprocess)
+    check_model_paths(args.model_name_or_path, args.config_name, args.tokenizer_name)  # before the data (the hub)
     datasets, label_list = load_task_data(task, args, args.cache_dir, ("train",))
     path, config, tokenizer = load_config_and_tokenizer(
         args.model_name_or_path, args.cache_dir, task, label_list, args.max_length, config_name=args.config_name,
@@ -308,6 +309,8 @@ def run_probing(task, model_args, data_args, training_args):
         stage("note: with --fp16 on CPU the Trainer runs in float32 (docs/precision.md); "
               "--bf16 --use_cpu true runs in bfloat16")
     checkpoint = checkpoint_to_resume(training_args)
+    # a model path that leads nowhere is said before the data is read (which may wait on the hub)
+    check_model_paths(model_args.model_name_or_path, model_args.config_name, model_args.tokenizer_name)
     datasets, label_list = load_task_data(task, data_args, model_args.cache_dir, splits)
     path, config, tokenizer = load_config_and_tokenizer(
         model_args.model_name_or_path, model_args.cache_dir, task, label_list, data_args.max_seq_length,
