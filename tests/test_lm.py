@@ -393,3 +393,13 @@ def test_the_shared_qnli_and_mrpc_text(shared_data):
         got = lm_data.glue_sentences(get_task(name), shared_data)
         assert (len(got["train"]), len(got["validation"])) == sizes
         assert not set(got["train"]) & set(got["validation"])
+
+
+def test_lm_qnli_with_its_own_files_needs_no_data_dir(tmp_path):
+    """Both splits given as files: the GLUE folder is not read, so no --data_dir is needed."""
+    train, validation = tmp_path / "t.txt", tmp_path / "v.txt"
+    train.write_text("a b\n")
+    validation.write_text("c d\n")
+    texts = lm_data.load_lm_texts(get_task("lm_qnli"), ["train", "validation"], train_file=train,
+                                  validation_file=validation)
+    assert texts["train"]["text"] == ["a b\n"] and texts["validation"]["text"] == ["c d\n"]

@@ -108,10 +108,12 @@ def load_lm_texts(task, splits, train_file=None, validation_file=None, dataset_n
     """The requested splits ("train", "validation") as datasets with one column, "text": the files, the task's
     GLUE folder (lm_qnli, lm_mrpc), else the hub."""
     files = {"train": train_file, "validation": validation_file}
-    if task.glue_folder is not None and data_dir is None and not all(files[s] for s in splits if s in files):
+    # the GLUE folder is read only for a split without its own file
+    needs_glue = task.glue_folder is not None and any(files.get(s) is None for s in splits if s in files)
+    if needs_glue and data_dir is None:
         raise PapaError(f"{task.name} reads the sentences of GLUE's {task.glue_folder} TSVs: pass --data_dir (that "
                         f"folder, or a root holding it, e.g. ../shared/data)")
-    glue = glue_sentences(task, data_dir) if task.glue_folder is not None else None
+    glue = glue_sentences(task, data_dir) if needs_glue else None
     loaded, from_hub = {}, []
     for split in splits:
         if split not in files:
