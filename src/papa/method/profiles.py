@@ -15,9 +15,6 @@ content (a different place in every example), which is exactly what a constant m
 
 import torch
 
-KINDS = ("first token", "previous token", "self", "broad")
-
-
 def head_profiles(avgs):
     """{"first", "previous", "self", "distance"}: (L, H) float64 tensors from averages (L, H, T, T)."""
     a = torch.as_tensor(avgs).double()

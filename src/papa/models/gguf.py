@@ -63,7 +63,8 @@ def gguf_folder(path):
 
     path = os.path.abspath(os.path.expanduser(os.fspath(path)))
     check_gguf_file(path)
-    key = f"{file_sha256(path)[:24]}-transformers{transformers.__version__}"
+    digest = file_sha256(path)
+    key = f"{digest[:24]}-transformers{transformers.__version__}"
     folder = os.path.join(cache_root(), "gguf", key)
     if os.path.isfile(os.path.join(folder, SOURCE_FILE)):
         return folder
@@ -73,7 +74,7 @@ def gguf_folder(path):
     try:
         convert_gguf(path, tmp)
         with open(os.path.join(tmp, SOURCE_FILE), "w") as f:
-            json.dump({"gguf_file": path, "sha256": file_sha256(path), "transformers": transformers.__version__}, f,
+            json.dump({"gguf_file": path, "sha256": digest, "transformers": transformers.__version__}, f,
                       indent=2)
         try:
             os.rename(tmp, folder)
