@@ -125,6 +125,61 @@ def test_control_stages_folders_and_flags(tmp_path):
                                                        (None, 36))] == ["k_0", "k_72", "mean_k_72", "k_36"]
 
 
+def test_the_field_ablations_stages_folders_and_flags(tmp_path):
+    plan, plain = plan_and_stages(tmp_path)
+    plan, stages = plan_and_stages(tmp_path, "--controls", "zero_output", "first_token", "trained_constant")
+    out = plan.output_dir
+    assert list(stages) == ["avgs", "sort", "k_0", "k_36", "k_72", "zero_k_36", "zero_k_72", "first_k_36",
+                            "first_k_72", "trained_k_36", "trained_k_72"]  # each shares PAPA's k=0
+    for name in ("avgs", "sort", "k_0", "k_36", "k_72"):  # none adds to the averaging pass or changes PAPA's runs
+        assert stages[name].args == plain[name].args
+    zero, first, trained = stages["zero_k_36"], stages["first_k_36"], stages["trained_k_36"]
+    for stage, mode in ((zero, "zero_output"), (first, "first_token")):
+        model_args, _, _ = parse_training_args(stage.args)
+        assert model_args.replace_heads_with == mode and model_args.grad_for_classifier_only
+        assert stage.inputs == [f"{out}/sort/sorted_heads.json"]  # they read no file of matrices
+    model_args, _, _ = parse_training_args(trained.args)
+    assert model_args.grad_for_classifier_and_static_only and not model_args.grad_for_classifier_only
+    assert (model_args.replace_heads_with, model_args.static_heads_dir) == ("constant", f"{out}/avgs")
+    assert trained.inputs == [f"{out}/avgs/avgs.pt", f"{out}/sort/sorted_heads.json"]
+    # apart from the mode flags, the trained run is PAPA's run at the same k: same data, epochs, seed
+    strip = {"--grad_for_classifier_only", "--grad_for_classifier_and_static_only", "--output_dir"}
+
+    def rest(stage):
+        return [a for i, a in enumerate(stage.args) if a not in strip and stage.args[i - 1] not in strip]
+    assert rest(trained) == rest(stages["k_36"])
+
+
+def test_an_lm_sweeps_trained_constants_train_and_its_other_runs_only_evaluate(tmp_path):
+    args, passthrough = parse_sweep_args(["--task_name", "lm", "--model_name_or_path", str(tmp_path), "--output_dir",
+                                          str(tmp_path / "sweep"), "--controls", "trained_constant", "zero_output"])
+    from papa.sweep import run as sweep_run
+
+    plan = sweep_run.Plan(task=get_task("lm"), model_path=str(tmp_path), layers=2, heads_per_layer=2, ks=[0, 2],
+                          output_dir=str(tmp_path / "sweep"), max_seq_length=16, num_train_epochs=1.0,
+                          sort_num_train_epochs=1.0, learning_rate=1e-3, per_device_train_batch_size=2,
+                          per_device_eval_batch_size=2, avgs_batch_size=2, evaluation_strategy="no",
+                          controls=("trained_constant", "zero_output"))
+    stages = {s.name: s for s in make_stages(plan, args, passthrough)}
+    assert "--do_train" in stages["trained_k_2"].args and "--grad_for_classifier_and_static_only" in stages[
+        "trained_k_2"].args
+    for name in ("k_2", "zero_k_2"):
+        assert "--do_train" not in stages[name].args and "--grad_for_classifier_only" not in stages[name].args
+
+
+def test_zero_and_first_token_runs_need_no_averages_folder(tmp_path):
+    papa.save_ranking(np.zeros((6, 12)), tmp_path / "sort")
+    for mode in ("zero_output", "first_token"):
+        heads = heads_setup(tmp_path, "--sorting_heads_dir", str(tmp_path / "sort"), "--static_heads_num", "3",
+                            "--replace_heads_with", mode)
+        assert heads.static_heads == {0: [0, 1, 2]} and heads.loaded.shape[:3] == (6, 12, 8)
+    with pytest.raises(PapaError, match="--static_heads_num 3 needs --sorting_heads_dir"):
+        heads_setup(tmp_path, "--static_heads_num", "3", "--replace_heads_with", "first_token")
+    with pytest.raises(PapaError, match="--grad_for_classifier_and_static_only works on the averages"):
+        heads_setup(tmp_path, "--sorting_heads_dir", str(tmp_path / "sort"), "--static_heads_num", "3",
+                    "--replace_heads_with", "zero_output", "--grad_for_classifier_and_static_only")
+
+
 def test_the_averaging_stage_reads_what_the_training_runs_read(tmp_path):
     """Passed-through flags that change the data, the tokenizer or the weights reach the averaging stage as well,
     so avgs.pt is an average over the inputs the ranking and probing runs see (the PAPA layout's token types, a
@@ -165,7 +220,7 @@ def heads_setup(tmp_path, *flags):
     from papa.runs.run import heads_to_replace
 
     model_args, _, _ = parse_training_args(["--output_dir", str(tmp_path / "o"), *flags])
-    return heads_to_replace(model_args, AutoConfig.from_pretrained(papa.default_model_path()))
+    return heads_to_replace(model_args, AutoConfig.from_pretrained(papa.default_model_path()), 8)
 
 
 def test_mean_output_bad_inputs(tmp_path):
@@ -174,7 +229,7 @@ def test_mean_output_bad_inputs(tmp_path):
     common = ["--static_heads_dir", str(tmp_path), "--sorting_heads_dir", str(tmp_path / "sort")]
     with pytest.raises(PapaError, match=r"mean_outputs.pt does not exist \(run the averaging script with --mean_out"):
         heads_setup(tmp_path, *common, "--static_heads_num", "3", "--replace_heads_with", "mean_output")
-    with pytest.raises(PapaError, match="--sort_calculating works on constant matrices"):
+    with pytest.raises(PapaError, match="--sort_calculating works on the averages' constant matrices"):
         heads_setup(tmp_path, *common, "--sort_calculating", "--replace_heads_with", "mean_output")
     torch.save(torch.zeros(6, 12, 8, 5), tmp_path / "mean_outputs.pt")  # head size 5, MiniLM's is 32
     with pytest.raises(PapaError, match=r"shape \[layers, heads, T, 32\]"):

@@ -21,7 +21,7 @@ from ..io import load_json_object
 from ..models.modeling import training_mode
 
 # the sweep's control runs (papa.sweep.controls)
-SWEEP_CONTROLS = ("uniform", "random_order", "mean_output")
+SWEEP_CONTROLS = ("uniform", "random_order", "mean_output", "zero_output", "first_token", "trained_constant")
 
 # transformers 5 renamed this flag; the original commands use the old spelling
 RENAMED_FLAGS = {"--evaluation_strategy": "--eval_strategy"}
@@ -79,10 +79,12 @@ class ModelArguments:
     static_heads_num: int = field(
         default=0, metadata={"help": "How many heads (first rows of sorted_heads.json) to replace by constant matrices."}
     )
-    replace_heads_with: Literal["constant", "mean_output"] = field(
+    replace_heads_with: Literal["constant", "mean_output", "zero_output", "first_token"] = field(
         default="constant", metadata={"help": "What the replaced heads do: attend with their constant matrix (avgs.pt, "
-                                              "PAPA) or output their training-set mean (mean_outputs.pt in "
-                                              "--static_heads_dir, the mean-ablation control)."}
+                                              "PAPA); output their training-set mean (mean_outputs.pt in "
+                                              "--static_heads_dir, mean ablation); output 0 (zero ablation); or "
+                                              "attend only to the first token (the attention sink). The last two "
+                                              "read no file."}
     )
 
     def __post_init__(self):

@@ -24,6 +24,7 @@ import transformers
 from datasets import DatasetDict
 from transformers import AutoModel, default_data_collator, set_seed
 
+from ..method.ablations import first_token_matrices, zero_outputs
 from ..method.attention import head_dim, lambdas_array, load_constant_matrices, load_mean_outputs
 from ..method.averaging import accumulate_attention, averages_info, averages_origin_notes, distributed_context, shard
 from ..data.conll import load_token_task
@@ -144,8 +145,10 @@ def requested_splits(training_args):
     return splits
 
 
-# what the replaced heads read from --static_heads_dir, per --replace_heads_with
-REPLACEMENT_FILES = {"constant": "avgs.pt", "mean_output": "mean_outputs.pt"}
+# what the replaced heads read from --static_heads_dir, per --replace_heads_with (None: built here,
+# papa.method.ablations, from the model's shape and --max_seq_length)
+REPLACEMENT_FILES = {"constant": "avgs.pt", "mean_output": "mean_outputs.pt", "zero_output": None,
+                     "first_token": None}
 
 
 class HeadReplacement(NamedTuple):
@@ -162,40 +165,48 @@ class HeadReplacement(NamedTuple):
         return self.mean_outputs if self.mean_outputs is not None else self.constant_matrices
 
 
-def load_replacements(model_args, config, static_heads):
-    """A HeadReplacement of `static_heads` with avgs.pt or, per --replace_heads_with, mean_outputs.pt."""
+def load_replacements(model_args, config, static_heads, seq_len):
+    """A HeadReplacement of `static_heads` with avgs.pt or, per --replace_heads_with, mean_outputs.pt, zero outputs
+    or first-token matrices (of length `seq_len`)."""
     shape = (config.num_hidden_layers, config.num_attention_heads)
+    if model_args.replace_heads_with == "zero_output":
+        return HeadReplacement(None, zero_outputs(*shape, seq_len, head_dim(config)), static_heads, False)
+    if model_args.replace_heads_with == "first_token":
+        return HeadReplacement(first_token_matrices(*shape, seq_len), None, static_heads, False)
     if model_args.replace_heads_with == "mean_output":
         means = load_mean_outputs(model_args.static_heads_dir, *shape, head_dim(config))
         return HeadReplacement(None, means, static_heads, False)
     return HeadReplacement(load_constant_matrices(model_args.static_heads_dir, *shape), None, static_heads, False)
 
 
-def heads_to_replace(model_args, config):
-    """The run's HeadReplacement, validated against its flags."""
+def heads_to_replace(model_args, config, seq_len):
+    """The run's HeadReplacement, validated against its flags; `seq_len`: --max_seq_length."""
     num_layers, num_heads = config.num_hidden_layers, config.num_attention_heads
     k = model_args.static_heads_num
     check_static_heads_num(k, num_layers, num_heads)  # before anything else: k < 0 must not pass as "no heads"
-    if model_args.replace_heads_with == "mean_output" and (
-            model_args.sort_calculating or model_args.grad_for_classifier_and_static_only):
+    mode = model_args.replace_heads_with
+    if mode != "constant" and (model_args.sort_calculating or model_args.grad_for_classifier_and_static_only):
         flag = "--sort_calculating" if model_args.sort_calculating else "--grad_for_classifier_and_static_only"
-        raise PapaError(f"{flag} works on constant matrices; drop it or --replace_heads_with mean_output")
+        raise PapaError(f"{flag} works on the averages' constant matrices; drop it or --replace_heads_with {mode}")
     if model_args.sort_calculating:
         if not model_args.static_heads_dir:
             raise PapaError("--sort_calculating needs --static_heads_dir (the folder holding avgs.pt)")
         if k:
             raise PapaError("--sort_calculating mixes every head; drop --static_heads_num")
         return HeadReplacement(load_constant_matrices(model_args.static_heads_dir, num_layers, num_heads), None, {}, True)
-    if k > 0 and not (model_args.static_heads_dir and model_args.sorting_heads_dir):
-        missing = [f for f in ("--static_heads_dir", "--sorting_heads_dir") if not getattr(model_args, f[2:])]
-        raise PapaError(f"--static_heads_num {k} needs {' and '.join(missing)} (avgs.pt and sorted_heads.json)")
-    if not model_args.static_heads_dir:
+    reads_file = REPLACEMENT_FILES[mode] is not None
+    needed = ("--static_heads_dir", "--sorting_heads_dir") if reads_file else ("--sorting_heads_dir",)
+    missing = [f for f in needed if not getattr(model_args, f[2:])]
+    if k > 0 and missing:
+        raise PapaError(f"--static_heads_num {k} needs {' and '.join(missing)} "
+                        f"({' and '.join(f for f in (REPLACEMENT_FILES[mode], 'sorted_heads.json') if f)})")
+    if reads_file and not model_args.static_heads_dir:
         return HeadReplacement(None, None, {}, False)
     static = {}
     if k > 0:
         ranking = load_sorted_heads(model_args.sorting_heads_dir, num_layers, num_heads)
         static = first_k_heads(ranking, k, num_layers, num_heads)
-    return load_replacements(model_args, config, static)
+    return load_replacements(model_args, config, static, seq_len)
 
 
 def check_heads_setup(constants, mix, mode, max_seq_length, do_train, name="avgs.pt"):
@@ -317,10 +328,10 @@ def run_probing(task, model_args, data_args, training_args):
         config_name=model_args.config_name, tokenizer_name=model_args.tokenizer_name,
         revision=model_args.model_revision, token=model_args.token, use_fast=model_args.use_fast_tokenizer)
     check_task_head(task.model_class, config)
-    heads = heads_to_replace(model_args, config)
+    heads = heads_to_replace(model_args, config, data_args.max_seq_length)
     check_heads_setup(heads.loaded, heads.mix_all_heads, mode, data_args.max_seq_length, training_args.do_train,
                       REPLACEMENT_FILES[model_args.replace_heads_with])
-    if heads.loaded is not None:
+    if heads.loaded is not None and model_args.static_heads_dir:
         for note in averages_origin_notes(model_args.static_heads_dir, task.name, path):
             stage(f"warning: {note}")
     set_seed(training_args.seed)
@@ -331,7 +342,9 @@ def run_probing(task, model_args, data_args, training_args):
                             family_for(config).causal)
 
     num_replaced = sum(len(h) for h in heads.static_heads.values())
-    replaced = f"{num_replaced} {'mean-output' if heads.mean_outputs is not None else 'constant'} heads"
+    doing = {"constant": "constant", "mean_output": "mean-output", "zero_output": "zero-output",
+             "first_token": "first-token"}[model_args.replace_heads_with]
+    replaced = f"{num_replaced} {doing} heads"
     stage(f"{task.name}: {path}, {'mixing all heads (ranking run)' if heads.mix_all_heads else replaced}, "
           f"mode={(mode or 'full fine-tuning') if training_args.do_train else 'evaluation only'}, T={data_args.max_seq_length}")
     model = build_model(task.model_class, config, path, heads.constant_matrices, heads.static_heads,

@@ -31,7 +31,10 @@ class SweepArguments:
         "choices": SWEEP_CONTROLS, "help": "Control runs beside PAPA at the same k: uniform (constant heads attend "
                                            "equally to every real token), random_order (heads taken in a seeded "
                                            "random order, not the ranking), mean_output (heads output their "
-                                           "training-set mean)."})
+                                           "training-set mean), zero_output (heads output 0), first_token (heads "
+                                           "attend only to the first token), trained_constant (the constant "
+                                           "matrices trained with the probe on the task's loss, from the "
+                                           "averages)."})
     train_file: str | None = field(default=None, metadata={"help": "Training file, passed to every stage."})
     validation_file: str | None = field(default=None, metadata={"help": "Validation file, passed to the training runs."})
     output_dir: str | None = field(default=None, metadata={

@@ -10,10 +10,18 @@
                   output their training-set mean context vector per position (`--replace_heads_with
                   mean_output`; Q/K pruned as for constant heads). Tells how much the heads'
                   value-dependent mixing matters once attention is constant.
+    zero_output   the replaced heads output 0 (`--replace_heads_with zero_output`): the zero ablation
+                  of Michel et al. (2019), nnterp and pyvene.
+    first_token   the replaced heads attend only to the first token (`--replace_heads_with
+                  first_token`): the attention-sink knock-out of Penzai and StreamingLLM.
+    trained_constant  the replaced heads' constant matrices train with the probe on the task's loss,
+                  starting from the averages (the original's --grad_for_classifier_and_static_only; an lm
+                  run trains them on the LM loss over the training blocks): the attention-level optimal
+                  constant of Li & Janson (2024). Tells how far the averages are from the best constant.
 
 A control's runs are ordinary probing stages in `<prefix>_k_<k>/` (uniform_k_36, random_k_36,
-mean_k_36), with the same stamps and fingerprints as PAPA's, its artifact among the fingerprinted
-inputs. k = 0 replaces no head, so every control shares PAPA's `k_0/`; random_order also shares PAPA's
+mean_k_36, zero_k_36, first_k_36, trained_k_36), with the same stamps and fingerprints as PAPA's, its artifact
+among the fingerprinted inputs. k = 0 replaces no head, so every control shares PAPA's `k_0/`; random_order also shares PAPA's
 run at k = all heads (the same set of heads, whatever their order). A control's relative change is
 measured against that same k = 0 run. With --seeds every run is per seed (`uniform_k_36_seed_1`), and a
 control's change is against the k = 0 run of the same seed.
@@ -41,6 +49,9 @@ CONTROLS = {c.name: c for c in (
     Control("uniform", "uniform", "uniform", "attend uniformly"),
     Control("random_order", "random", "random order", "taken in a random order"),
     Control("mean_output", "mean", "mean output", "output their mean"),
+    Control("zero_output", "zero", "zero output", "output 0"),
+    Control("first_token", "first", "first token", "attend to the first token only"),
+    Control("trained_constant", "trained", "trained constant", "attend with trained constant matrices"),
 )}
 assert tuple(CONTROLS) == SWEEP_CONTROLS
 
@@ -80,33 +91,46 @@ def write_artifacts(output_dir, controls, layers, heads, seq_len, seed):
                   os.path.join(folder, "random_order.json"), indent=2)
 
 
+@dataclass(frozen=True)
+class Setup:
+    """What a control's probing runs read and how they differ from PAPA's."""
+
+    static_dir: str  # --static_heads_dir
+    ranking_dir: str  # --sorting_heads_dir
+    inputs: list  # fingerprinted: a change redoes the run
+    extra: list = ()  # flags after PAPA's
+    train_constants: bool = False  # --grad_for_classifier_and_static_only instead of the probe alone
+
+
 def control_setups(plan, seed):
-    """{control: (folder of the matrices, folder of the ranking, fingerprinted inputs, extra flags)} for the runs
-    of `seed` (the ranking is that seed's with --rank_per_seed)."""
+    """{control: Setup} for the runs of `seed` (the ranking is that seed's with --rank_per_seed)."""
     out = plan.output_dir
     avgs_dir, sort_dir = os.path.join(out, "avgs"), plan.ranking_folder(seed)
-    ranking = os.path.join(sort_dir, "sorted_heads.json")
+    ranking, avgs = os.path.join(sort_dir, "sorted_heads.json"), os.path.join(avgs_dir, "avgs.pt")
     return {
-        "uniform": (os.path.join(out, UNIFORM_DIR), sort_dir, [os.path.join(out, UNIFORM_DIR, "avgs.pt"), ranking], []),
-        "random_order": (avgs_dir, os.path.join(out, RANDOM_DIR),
-                         [os.path.join(avgs_dir, "avgs.pt"), os.path.join(out, RANDOM_DIR, "sorted_heads.json")], []),
-        "mean_output": (avgs_dir, sort_dir, [os.path.join(avgs_dir, "mean_outputs.pt"), ranking],
-                        ["--replace_heads_with", "mean_output"]),
+        "uniform": Setup(os.path.join(out, UNIFORM_DIR), sort_dir, [os.path.join(out, UNIFORM_DIR, "avgs.pt"), ranking]),
+        "random_order": Setup(avgs_dir, os.path.join(out, RANDOM_DIR),
+                              [avgs, os.path.join(out, RANDOM_DIR, "sorted_heads.json")]),
+        "mean_output": Setup(avgs_dir, sort_dir, [os.path.join(avgs_dir, "mean_outputs.pt"), ranking],
+                             ["--replace_heads_with", "mean_output"]),
+        "zero_output": Setup(avgs_dir, sort_dir, [ranking], ["--replace_heads_with", "zero_output"]),
+        "first_token": Setup(avgs_dir, sort_dir, [ranking], ["--replace_heads_with", "first_token"]),
+        "trained_constant": Setup(avgs_dir, sort_dir, [avgs, ranking], train_constants=True),
     }
 
 
 def control_stages(plan, probing):
     """The controls' probing stages, after PAPA's, per seed: `probing(name, description, k, static_dir, sort_dir,
-    inputs, extra_flags, seed, tag)` builds one (papa.sweep.run.make_stages)."""
+    inputs, extra_flags, seed, tag, train_constants)` builds one (papa.sweep.run.make_stages)."""
     stages = []
     for seed, tag in plan.seed_runs:
         setups = control_setups(plan, seed)
         for name in plan.controls:
-            control = CONTROLS[name]
-            static_dir, ranking_dir, inputs, extra = setups[name]
+            control, setup = CONTROLS[name], setups[name]
             for k in plan.ks:
                 if not shares_papa_run(name, k, plan.total_heads):
                     stages.append(probing(run_folder(name, k, plan.total_heads, tag),
                                           f"{control.label} control: k={k} heads {control.doing}",
-                                          k, static_dir, ranking_dir, inputs, extra, seed, tag))
+                                          k, setup.static_dir, setup.ranking_dir, setup.inputs, setup.extra, seed,
+                                          tag, setup.train_constants))
     return stages

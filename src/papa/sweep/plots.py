@@ -26,7 +26,8 @@ from ..io import atomic_path, load_json  # noqa: E402
 
 DPI = 120
 CONTROL_STYLES = ({"linestyle": "--", "marker": "s"}, {"linestyle": ":", "marker": "^"},
-                  {"linestyle": "-.", "marker": "v"})
+                  {"linestyle": "-.", "marker": "v"}, {"linestyle": "--", "marker": "x"},
+                  {"linestyle": ":", "marker": "D"}, {"linestyle": "-.", "marker": "P"})  # one per control
 
 
 def _save(fig, path):
@@ -172,7 +173,7 @@ def plot_summary(panels, path, title="PAPA: relative change against the fraction
                 if not points:
                     continue
                 papa = variant == "PAPA"
-                style = {"linestyle": "-", "marker": "o"} if papa else CONTROL_STYLES[(variant_index - 1) % 3]
+                style = {"linestyle": "-", "marker": "o"} if papa else CONTROL_STYLES[(variant_index - 1) % len(CONTROL_STYLES)]
                 ax.plot(*zip(*points), color=colour, linewidth=1.8 if papa else 1.1, markersize=5 if papa else 3.5,
                         **style)
                 if bars:

@@ -217,7 +217,10 @@ def controls_markdown(rows, task, controls):
     lines += ["", "uniform: the replaced heads attend equally to every real token they may see (constant matrices of "
                   "ones; a decoder's inside its causal band); "
                   "random order: the heads are taken in a seeded random order (random_order/), not the ranking; "
-                  "mean output: the replaced heads output their training-set mean (avgs/mean_outputs.pt). "
+                  "mean output: the replaced heads output their training-set mean (avgs/mean_outputs.pt); "
+                  "zero output: they output 0; first token: they attend only to the first token; "
+                  "trained constant: their constant matrices trained with the probe on the task's loss, from the "
+                  "averages. "
                   "Every change is against the same k=0 run; k=0 (and, for random order, k = all heads) is "
                   "PAPA's own run.", ""]
     return "\n".join(lines)

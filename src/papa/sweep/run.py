@@ -3,7 +3,7 @@
     <output_dir>/avgs/   papa.cli.{glue,ner}_avgs (run_papa_*_avgs_creator.py)    → avgs.pt
     <output_dir>/sort/   papa.cli.{glue,ner} --sort_calculating                   → lambdas.npy, sorted_heads.json
     <output_dir>/k_<k>/  papa.cli.{glue,ner} --static_heads_num k                 → eval_results.json
-    <output_dir>/uniform_k_<k>/, random_k_<k>/, mean_k_<k>/   the --controls (papa.sweep.controls)
+    <output_dir>/uniform_k_<k>/, random_k_<k>/, mean_k_<k>/, ...   the --controls (papa.sweep.controls)
     with --seeds: k_<k>_seed_<s>/ (controls alike) per seed, and with --rank_per_seed sort_seed_<s>/
     <output_dir>/tokenized/   each split tokenised once, shared by the stages (papa.data.tokenized_cache)
 
@@ -183,13 +183,18 @@ def make_stages(plan, args, passthrough):
 
     avgs_pt = os.path.join(avgs_dir, "avgs.pt")
 
-    def probing(name, description, k, static_dir, ranking_dir, inputs, extra=(), seed=plan.seed, tag=None):
+    def probing(name, description, k, static_dir, ranking_dir, inputs, extra=(), seed=plan.seed, tag=None,
+                train_constants=False):
         folder = os.path.join(plan.output_dir, name)
-        mode = [*([] if lm else ["--grad_for_classifier_only", "true"]), "--static_heads_num", str(k),
-                "--sorting_heads_dir", ranking_dir, *extra]
-        shown = ("evaluation" if lm else _epochs(plan.num_train_epochs)) + ("" if tag is None else f", seed {seed}")
+        # the probe trains (lm: nothing trains, the model's own head evaluates), or with train_constants the
+        # probe and the replaced heads' constant matrices (lm: the matrices alone, on the LM loss)
+        trains = train_constants or not lm
+        trained = (["--grad_for_classifier_and_static_only", "true"] if train_constants
+                   else [] if lm else ["--grad_for_classifier_only", "true"])
+        mode = [*trained, "--static_heads_num", str(k), "--sorting_heads_dir", ranking_dir, *extra]
+        shown = (_epochs(plan.num_train_epochs) if trains else "evaluation") + ("" if tag is None else f", seed {seed}")
         return Stage(name, f"{description} ({shown})", folder, train_module, train_script,
-                     training_args(folder, plan.num_train_epochs, mode, static_dir, seed, train=not lm), inputs,
+                     training_args(folder, plan.num_train_epochs, mode, static_dir, seed, train=trains), inputs,
                      ["eval_results.json"])
 
     stages = [
