@@ -131,7 +131,8 @@ def test_results_of_several_seeds(tmp_path):
                              "rel_change_eval_accuracy", "rel_change_eval_accuracy_ci_low",
                              "rel_change_eval_accuracy_ci_high", "uniform_eval_accuracy", "uniform_eval_accuracy_std",
                              "rel_change_uniform_eval_accuracy", "rel_change_uniform_eval_accuracy_ci_low",
-                             "rel_change_uniform_eval_accuracy_ci_high"]
+                             "rel_change_uniform_eval_accuracy_ci_high", "diff_uniform_eval_accuracy",
+                             "diff_uniform_eval_accuracy_ci_low", "diff_uniform_eval_accuracy_ci_high"]
     at = {name: made[name] for name in made}
     for row, k in zip(rows, (0, 4, 8)):
         values = [at[f"k_{k}_seed_{s}"] for s in (1, 2, 3)]

@@ -218,3 +218,12 @@ def change_distribution(store, folders, reference_folders, metric, samples):
                                 f"{metric_file(metric)[0]} {what} differ); delete one to redo it on the same data")
         pairs.append((at_k, at_zero, len(examples)))
     return paired_bootstrap(pairs, samples, seed=task_seed(store.task), direction=store.task.direction(metric))
+
+
+def change_text(change, low=None, high=None):
+    """A relative change in percent, with its interval when known: `-1.3% [-2.1, -0.4]*`, the * when it excludes 0."""
+    if change is None:
+        return "–"
+    if low is None or high is None:
+        return f"{100 * change:+.1f}%"
+    return f"{100 * change:+.1f}% [{100 * low:+.1f}, {100 * high:+.1f}]" + ("*" if low > 0 or high < 0 else "")

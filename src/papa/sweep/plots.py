@@ -99,22 +99,66 @@ def plot_results(ks, values, metric_name, total_heads, title, path, chance=None,
 
 
 def plot_lambdas(lambdas, path, title="λ of the ranking run"):
-    """Heatmap (layers x heads) of λ: head h mixes σ(λ)·softmax + (1 − σ(λ))·constant."""
-    if isinstance(lambdas, (str, os.PathLike)):
-        lambdas = np.load(lambdas)
-    lambdas = np.asarray(lambdas, dtype=float)
-    if lambdas.ndim != 2:
-        raise PapaError(f"lambdas must be a [layers, heads] array; got shape {list(lambdas.shape)}")
-    layers, heads = lambdas.shape
-    fig = Figure(figsize=(max(5.0, 0.45 * heads + 2), max(3.0, 0.4 * layers + 1.6)))
-    ax = fig.add_subplot()
-    image = ax.imshow(lambdas, cmap="viridis", aspect="auto")
-    fig.colorbar(image, ax=ax, label="λ (lower = leans on its constant matrix)")
+    """Heatmap (layers x heads) of λ: head h mixes σ(λ)·softmax + (1 − σ(λ))·constant. `lambdas`: an array (or
+    its .npy path), or a list of several seeds' arrays: then the heatmap is their mean, and a second panel shows
+    every head's spread across the seeds (min to max), heads in the order of the mean λ."""
+    arrays = lambdas if isinstance(lambdas, (list, tuple)) else [lambdas]
+    arrays = [np.load(a) if isinstance(a, (str, os.PathLike)) else a for a in arrays]
+    arrays = [np.asarray(a, dtype=float) for a in arrays]
+    if any(a.ndim != 2 for a in arrays) or len({a.shape for a in arrays}) != 1:
+        raise PapaError(f"lambdas must be [layers, heads] arrays of one shape; got {[list(a.shape) for a in arrays]}")
+    mean = np.mean(arrays, axis=0)
+    layers, heads = mean.shape
+    spread = len(arrays) > 1
+    width, height = max(5.0, 0.45 * heads + 2), max(3.0, 0.4 * layers + 1.6)
+    fig = Figure(figsize=(width, height + (3.0 if spread else 0)))
+    ax = fig.add_subplot(2, 1, 1) if spread else fig.add_subplot()
+    image = ax.imshow(mean, cmap="viridis", aspect="auto")
+    fig.colorbar(image, ax=ax, label="λ (lower = leans on its constant matrix)" + (
+        f", mean of {len(arrays)} seeds" if spread else ""))
     ax.set_xlabel("head")
     ax.set_ylabel("layer")
     ax.set_xticks(range(heads))
     ax.set_yticks(range(layers))
     ax.set_title(title, fontsize=10)
+    if spread:
+        stack = np.stack([a.reshape(-1) for a in arrays])  # (seeds, L·H)
+        order = np.argsort(stack.mean(0), kind="stable")
+        x = np.arange(order.size)
+        ax2 = fig.add_subplot(2, 1, 2)
+        ax2.fill_between(x, stack.min(0)[order], stack.max(0)[order], alpha=0.3, linewidth=0,
+                         label=f"min–max over {len(arrays)} seeds")
+        ax2.plot(x, stack.mean(0)[order], linewidth=1.2, label="mean")
+        ax2.set_xlabel("heads, by mean λ (the first go constant first)")
+        ax2.set_ylabel("λ")
+        ax2.grid(alpha=0.3)
+        ax2.legend(fontsize=7, loc="upper left")
+    fig.tight_layout()
+    return _save(fig, path)
+
+
+def plot_differences(ks, differences, path, title, total_heads):
+    """Each control's difference from PAPA (in percentage points of the k = 0 score) against k, with its 95%
+    interval as an error bar; `differences`: {label: [(value, low, high) per k]}, values as fractions."""
+    fig = Figure(figsize=(6.4, 4.2))
+    ax = fig.add_subplot()
+    ax.axhline(0, color="gray", linewidth=0.9)
+    width = 0.012 * total_heads
+    for index, ((label, points), style) in enumerate(zip(differences.items(), CONTROL_STYLES)):
+        shift = (index - (len(differences) - 1) / 2) * width  # side by side, not on top of each other
+        shown = [(k + shift, 100 * v, 100 * lo, 100 * hi) for k, (v, lo, hi) in zip(ks, points)
+                 if v is not None and lo is not None and hi is not None]
+        if not shown:
+            continue
+        x, y, low, high = (np.array(v) for v in zip(*shown))
+        ax.errorbar(x, y, yerr=[y - low, high - y], capsize=2.5, linewidth=1.0, markersize=4, label=label,
+                    marker=style["marker"], linestyle=style["linestyle"])
+    ax.set_xticks(ks)
+    ax.set_xlabel(f"number of constant heads (of {total_heads})")
+    ax.set_ylabel("control − PAPA (points of the k = 0 change, %)")
+    ax.set_title(title, fontsize=10)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=7, loc="best")
     fig.tight_layout()
     return _save(fig, path)
 

@@ -24,6 +24,10 @@ from dataclasses import dataclass, field
 from ..errors import PapaError
 from ..io import load_json_object, save_text
 from .aggregate import add_intervals, merge_seeds, per_seed_rows
+from .claims import claims, claims_markdown
+from .differences import DIFF_PREFIX, add_differences, difference_column, differences_markdown
+from .intervals import change_text
+from .stability import read_ranking, seed_stability, stability_markdown, write_stability
 from .controls import CONTROLS, run_folder
 from .stages import STAMP
 
@@ -97,15 +101,6 @@ def _md_header(column):
     if column.startswith("rel_change_eval_"):
         return f"{column[len('rel_change_eval_'):]} change vs k=0"
     return column[len("eval_"):] if column.startswith("eval_") else column
-
-
-def change_text(change, low=None, high=None):
-    """A relative change in percent, with its interval when known: `-1.3% [-2.1, -0.4]*`, the * when it excludes 0."""
-    if change is None:
-        return "–"
-    if low is None or high is None:
-        return f"{100 * change:+.1f}%"
-    return f"{100 * change:+.1f}% [{100 * low:+.1f}, {100 * high:+.1f}]" + ("*" if low > 0 or high < 0 else "")
 
 
 def _interval(row, change_column):
@@ -259,6 +254,7 @@ class Results:
     # {(change column, k): the bootstrap statistics of its interval} (papa.sweep.intervals), for the grid's means
     distributions: dict = field(default_factory=dict)
     n_seeds: int = 1
+    rankings: dict = field(default_factory=dict)  # {seed: (λ, sorted heads)} of the ranking runs (stability)
 
 
 def seed_tables(plan):
@@ -283,7 +279,7 @@ def is_summary_column(column):
 
 
 RESULTS_FILES = ("results.csv", "results_per_seed.csv", "results.md", "results.png", "lambdas.png",
-                 "constant_matrices.png")
+                 "constant_matrices.png", "differences.png", "ranking_stability.csv")
 
 
 def remove_results(output_dir):
@@ -304,23 +300,32 @@ def write_results(plan, model_name, stages=()):
     tables, samples = seed_tables(plan)
     columns, rows = merge_seeds(tables)
     distributions, notes = add_intervals(columns, rows, plan)
+    main = f"eval_{task.main_metrics[0]}"
+    add_differences(columns, rows, distributions, plan.controls, [f"eval_{m}" for m in task.main_metrics])
     save_text(results_csv(columns, rows), os.path.join(output_dir, "results.csv"))
     save_text(results_csv(*per_seed_rows(tables)), os.path.join(output_dir, "results_per_seed.csv"))
     title = f"PAPA sweep: {model_name} on {task.name}"
     warning = chance_warning(task, rows)
-    papa_columns = [c for c in columns if is_summary_column(c) and
+    papa_columns = [c for c in columns if is_summary_column(c) and not c.startswith(DIFF_PREFIX) and
                     not any(c.startswith((f"{n}_", f"rel_change_{n}_")) for n in plan.controls)]
     note = interval_note(rows, plan.bootstrap_samples)
     if notes:
         note = (note + " " if note else "") + f"No interval where a run's predictions are missing: {notes[0]}"
     markdown = results_markdown(papa_columns, rows, title, total_heads, warning, note, task)
+    labels = {c: CONTROLS[c].label for c in plan.controls}
     if plan.controls:
         markdown += "\n" + controls_markdown(rows, task, plan.controls)
+        markdown += "\n" + differences_markdown(rows, main, plan.controls, labels, total_heads)
+    markdown += "\n" + claims_markdown([((), claims(rows, main, total_heads))])
+    rankings = {s: r for s in plan.ranking_seeds if (r := read_ranking(plan.ranking_folder(s))) is not None}
+    stability = seed_stability(task.name, rankings, plan.ks) if len(rankings) > 1 else []
+    write_stability(stability, output_dir)
+    if stability:
+        markdown += "\n" + stability_markdown(stability, "seeds")
     if stages:
         markdown += "\n" + times_markdown(stage_times(stages))
     save_text(markdown, os.path.join(output_dir, "results.md"))
 
-    main = f"eval_{task.main_metrics[0]}"
     avgs_pt = os.path.join(output_dir, "avgs", "avgs.pt")
     sort_dir = plan.ranking_folder(plan.ranking_seeds[0])  # with --rank_per_seed: the first seed's ranking
     lines = {CONTROLS[c].label: [r.get(f"{c}_{main}") for r in rows] for c in plan.controls}
@@ -329,12 +334,18 @@ def write_results(plan, model_name, stages=()):
     plots.plot_results([r["k"] for r in rows], [r.get(main) for r in rows], main[len("eval_"):], total_heads,
                        title, os.path.join(output_dir, "results.png"), chance=task.chance, controls=lines,
                        bands=bands, lower_is_better=task.direction(main) < 0)
-    plots.plot_lambdas(os.path.join(sort_dir, "lambdas.npy"), os.path.join(output_dir, "lambdas.png"),
-                       f"Ranking run λ: {model_name} on {task.name}")
+    plots.plot_lambdas([os.path.join(plan.ranking_folder(s), "lambdas.npy") for s in plan.ranking_seeds],
+                       os.path.join(output_dir, "lambdas.png"), f"Ranking run λ: {model_name} on {task.name}")
+    if plan.controls:
+        columns_of = {labels[c]: difference_column(c, main) for c in plan.controls}
+        plots.plot_differences([r["k"] for r in rows], {
+            label: [(r.get(col), r.get(f"{col}_ci_low"), r.get(f"{col}_ci_high")) for r in rows]
+            for label, col in columns_of.items()}, os.path.join(output_dir, "differences.png"),
+            f"Controls against PAPA: {model_name} on {task.name}", total_heads)
     plots.plot_constant_matrices(avgs_pt, os.path.join(sort_dir, "sorted_heads.json"),
                                  os.path.join(output_dir, "constant_matrices.png"),
                                  f"Constant matrices (avgs.pt) of the top-ranked heads: {model_name} on {task.name}")
-    return Results(columns, rows, markdown, warning, samples, distributions, len(tables))
+    return Results(columns, rows, markdown, warning, samples, distributions, len(tables), rankings)
 
 
 def metric_band(rows, change_column, metric, direction=1):

@@ -27,9 +27,9 @@ import numpy as np
 
 from ..errors import first_line
 from ..io import save_text
+from .claims import half_k
 from .controls import CONTROLS
-from .intervals import percentile_interval
-from .results import change_text
+from .intervals import change_text, percentile_interval
 
 CSV_COLUMNS = ["model", "task", "status", "metric", "variant", "k", "fraction_constant", "score", "se",
                "rel_change", "ci_low", "ci_high", "eval_samples", "n_seeds", "error"]
@@ -70,11 +70,6 @@ class PairOutcome:
     def distribution(self, variant, k):
         """The bootstrap statistics behind the change's interval at k, or None."""
         return (self.results.distributions or {}).get((self.change_column(variant), k))
-
-
-def half_k(total_heads):
-    """The k of '½ of the heads constant': rounded half up, as the sweep's default k values."""
-    return math.floor(total_heads / 2 + 0.5)
 
 
 def standard_error(metric, score, n):

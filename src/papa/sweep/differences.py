@@ -1,0 +1,86 @@
+"""Paired differences between variants: is a control's change really different from PAPA's?
+
+Each variant's change at k has an interval against k = 0 (papa.sweep.intervals); a reader comparing two
+variants needs the interval of their difference. For a control c and k,
+
+    diff_c(k) = change_c(k) − change_PAPA(k)      (both against the shared k = 0 run; > 0: c does better)
+
+and its bootstrap statistics are the two changes' statistics subtracted resample by resample. That pairing
+is exact, not approximate: every change's bootstrap of one sweep draws from a generator seeded by the task
+alone (`task_seed`) with the same numbers of seeds and evaluation examples, so resample r of PAPA's change and
+resample r of the control's drew the same seeds and the same examples. The difference's interval therefore keeps
+what the two runs share (the k = 0 run, the examples' difficulty, each seed's probe), and is much narrower than
+the two intervals side by side suggest when the variants move together.
+
+Columns: `diff_<control>_eval_<metric>` and its `_ci_low` / `_ci_high`, in results.csv; results.md shows
+them in a table of their own, and summary.md means them across tasks the way it means the changes.
+"""
+
+import numpy as np
+
+from .intervals import change_text, percentile_interval
+
+DIFF_PREFIX = "diff_"
+
+
+def difference_column(control, metric_key):
+    """`diff_<control>_<eval_metric>`."""
+    return f"{DIFF_PREFIX}{control}_{metric_key}"
+
+
+def add_differences(columns, rows, distributions, controls, metric_keys):
+    """Append each control's difference from PAPA (and its interval) for each main metric `eval_<m>` of
+    `metric_keys`, in place; the differences' bootstrap statistics join `distributions` under their column."""
+    for control in controls:
+        for metric in metric_keys:
+            papa, other = f"rel_change_{metric}", f"rel_change_{control}_{metric}"
+            if other not in columns or papa not in columns:
+                continue
+            column = difference_column(control, metric)
+            columns += [column, f"{column}_ci_low", f"{column}_ci_high"]
+            for row in rows:
+                a, b = row.get(other), row.get(papa)
+                row[column] = None if a is None or b is None else a - b
+                stats_a, stats_b = distributions.get((other, row["k"])), distributions.get((papa, row["k"]))
+                interval = None
+                if row[column] is not None and stats_a is not None and stats_b is not None:
+                    stats = np.asarray(stats_a) - np.asarray(stats_b)  # resample by resample: the same draws
+                    distributions[(column, row["k"])] = stats
+                    interval = percentile_interval(stats)
+                row[f"{column}_ci_low"], row[f"{column}_ci_high"] = interval or (None, None)
+    return columns, rows
+
+
+def distinguishable(low, high):
+    return low is not None and high is not None and (low > 0 or high < 0)
+
+
+def differences_markdown(rows, metric_key, controls, labels, total_heads):
+    """results.md's table of differences from PAPA for `metric_key`, with the headline of which are
+    distinguishable from 0; `labels`: {control: its label}."""
+    lines = [f"## Differences from PAPA: {metric_key[len('eval_'):]}", "",
+             "| k | constant heads (fraction) | " + " | ".join(f"{labels[c]} − PAPA" for c in controls) + " |",
+             "|" + " ---: |" * (2 + len(controls))]
+    found = []
+    for row in rows:
+        if row["k"] == 0:
+            continue  # every variant is PAPA's own k = 0 run
+        cells = []
+        for control in controls:
+            column = difference_column(control, metric_key)
+            value, low, high = row.get(column), row.get(f"{column}_ci_low"), row.get(f"{column}_ci_high")
+            if low == high == value == 0:
+                cells.append("(PAPA's run)")
+                continue
+            cells.append(change_text(value, low, high))
+            if distinguishable(low, high):
+                found.append(f"{labels[control]} at k={row['k']} ({'better' if low > 0 else 'worse'}: "
+                             f"{change_text(value, low, high)})")
+        lines.append(f"| {row['k']} | {row['k'] / total_heads:.3f} | " + " | ".join(cells) + " |")
+    headline = ("Distinguishable from 0 (95% interval excludes it): " + "; ".join(found) + "."
+                if found else "No difference from PAPA is distinguishable from 0 at this budget.")
+    lines += ["", "A difference is the control's change minus PAPA's, both against the same k=0 run, in percentage "
+                  "points of the k=0 score (> 0: the control does better than PAPA). Its 95% interval comes from the "
+                  "same bootstrap draws as the two changes' (the same seeds and evaluation examples), so what the "
+                  "runs share cancels (docs/error_bars.md). " + headline, ""]
+    return "\n".join(lines)

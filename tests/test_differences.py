@@ -1,0 +1,125 @@
+"""Paired differences between variants, ranking stability and the claims table, each against a brute-force
+computation of its own:
+
+- a control's difference from PAPA and its interval: resample by resample, from the predictions files, with the
+  draws the documented protocol makes (papa.sweep.intervals: seeds, then examples, from the task's seed);
+- Kendall τ by counting concordant pairs, dynamic overlaps by set intersection, chance as (N − k) / N;
+- the claims' words on intervals on either side of their lines.
+"""
+
+import csv
+import itertools
+import json
+
+import numpy as np
+import pytest
+from test_seeds import fake_sweep
+
+from papa.sweep.claims import FAILS, HOLDS, NOT_RUN, UNSURE, claims
+from papa.sweep.intervals import task_seed
+from papa.sweep.results import write_results
+
+
+def accuracy_column(folder):
+    rows = [json.loads(line) for line in (folder / "eval_predictions.jsonl").read_text().splitlines()]
+    return np.array([r["label"] == r["prediction"] for r in rows], dtype=float)
+
+
+def test_difference_and_its_interval_against_a_brute_force_paired_bootstrap(tmp_path):
+    seeds = (1, 2, 3)
+    plan, _ = fake_sweep(tmp_path, seeds, controls=("uniform", "random_order"), n=60)
+    write_results(plan, "m")
+    rows = {int(r["k"]): r for r in csv.DictReader(open(tmp_path / "results.csv"))}
+    correct = {name: accuracy_column(tmp_path / name) for name in
+               [f"{p}k_{k}_seed_{s}" for p in ("", "uniform_", "random_") for k in (0, 4, 8) for s in seeds]
+               if (tmp_path / name).exists()}
+    rng = np.random.default_rng(task_seed(plan.task))  # one chunk: 200 resamples of 60 examples
+    drawn_seeds, drawn_examples = rng.integers(0, 3, size=(200, 3)), rng.integers(0, 60, size=(200, 60))
+    for control, prefix in (("uniform", "uniform_"), ("random_order", "random_")):
+        k = 4
+        stats = []
+        for r in range(200):
+            per_seed = []
+            for position in drawn_seeds[r]:
+                s, index = seeds[position], drawn_examples[r]
+                zero = correct[f"k_0_seed_{s}"][index].mean()
+                papa = (correct[f"k_{k}_seed_{s}"][index].mean() - zero) / zero
+                other = (correct[f"{prefix}k_{k}_seed_{s}"][index].mean() - zero) / zero
+                per_seed.append(other - papa)
+            stats.append(np.mean(per_seed))
+        column = f"diff_{control}_eval_accuracy"
+        row = rows[k]
+        point = np.mean([(correct[f"{prefix}k_{k}_seed_{s}"].mean() - correct[f"k_{k}_seed_{s}"].mean())
+                         / correct[f"k_0_seed_{s}"].mean() for s in seeds])
+        assert float(row[column]) == pytest.approx(point)
+        assert (float(row[f"{column}_ci_low"]), float(row[f"{column}_ci_high"])) == pytest.approx(
+            tuple(np.percentile(stats, [2.5, 97.5])))
+    assert (rows[0]["diff_uniform_eval_accuracy_ci_low"], rows[0]["diff_uniform_eval_accuracy_ci_high"]) == ("0.0",
+                                                                                                            "0.0")
+    # random order at all heads is PAPA's own run: a difference of exactly 0
+    assert float(rows[8]["diff_random_order_eval_accuracy"]) == 0.0
+    md = (tmp_path / "results.md").read_text()
+    assert "## Differences from PAPA: accuracy" in md and "(PAPA's run)" in md and "## Claims" in md
+    assert (tmp_path / "differences.png").read_bytes()[:4] == b"\x89PNG"
+
+
+def brute_tau(x, y):
+    pairs = list(itertools.combinations(range(len(x)), 2))
+    concordant = sum(np.sign(x[i] - x[j]) * np.sign(y[i] - y[j]) for i, j in pairs)
+    return concordant / len(pairs)  # τ-a = τ-b without ties
+
+
+def test_ranking_stability_between_seeds(tmp_path):
+    from papa.method.ranking import save_ranking
+
+    seeds = (1, 2, 3)
+    plan, _ = fake_sweep(tmp_path, seeds, ks=(0, 2, 5, 8), rank_per_seed=True)
+    lambdas = {s: np.random.default_rng(s).normal(size=(2, 4)) for s in seeds}
+    lambdas[2] = lambdas[1] + 0.01 * np.random.default_rng(9).normal(size=(2, 4))  # seed 2 nearly agrees with 1
+    for s in seeds:
+        save_ranking(lambdas[s], tmp_path / f"sort_seed_{s}")
+    results = write_results(plan, "m")
+    rows = list(csv.DictReader(open(tmp_path / "ranking_stability.csv")))
+    assert [(r["seed_a"], r["seed_b"], r["k"]) for r in rows] == [
+        (a, b, k) for a, b in (("1", "2"), ("1", "3"), ("2", "3"), ("mean", "mean")) for k in ("2", "5")]
+    for row in rows[:6]:
+        a, b, k = int(row["seed_a"]), int(row["seed_b"]), int(row["k"])
+        la, lb = lambdas[a].ravel().astype(np.float32), lambdas[b].ravel().astype(np.float32)
+        assert float(row["kendall_tau"]) == pytest.approx(brute_tau(la, lb))
+        keep_a, keep_b = set(np.argsort(la, kind="stable")[k:]), set(np.argsort(lb, kind="stable")[k:])
+        assert float(row["dynamic_overlap"]) == pytest.approx(len(keep_a & keep_b) / (8 - k))
+        assert float(row["chance_overlap"]) == pytest.approx((8 - k) / 8)
+    mean = [r for r in rows if r["seed_a"] == "mean" and r["k"] == "2"][0]
+    assert float(mean["kendall_tau"]) == pytest.approx(np.mean([float(r["kendall_tau"]) for r in rows[:6:2]]))
+    assert float(rows[0]["kendall_tau"]) > 0.9  # the near copy
+    assert "## Ranking stability between seeds" in (tmp_path / "results.md").read_text()
+    assert set(results.rankings) == set(seeds)
+
+
+def test_one_ranking_writes_no_stability_file(tmp_path):
+    plan, _ = fake_sweep(tmp_path, (1, 2))  # one ranking run, shared by both seeds
+    write_results(plan, "m")
+    assert not (tmp_path / "ranking_stability.csv").exists()
+    assert "Ranking stability" not in (tmp_path / "results.md").read_text()
+
+
+def row(k, change=None, low=None, high=None, diff=None, dlow=None, dhigh=None):
+    return {"k": k, "rel_change_eval_accuracy": change, "rel_change_eval_accuracy_ci_low": low,
+            "rel_change_eval_accuracy_ci_high": high, "diff_random_order_eval_accuracy": diff,
+            "diff_random_order_eval_accuracy_ci_low": dlow, "diff_random_order_eval_accuracy_ci_high": dhigh}
+
+
+@pytest.mark.parametrize("half, full, diff, words", [
+    ((-0.01, -0.03, 0.01), (-0.05, -0.08, -0.02), (-0.04, -0.06, -0.01), (HOLDS, HOLDS, HOLDS)),
+    ((-0.20, -0.25, -0.15), (-0.30, -0.35, -0.20), (0.03, 0.01, 0.05), (FAILS, FAILS, FAILS)),
+    ((-0.04, -0.07, -0.01), (-0.09, -0.12, -0.06), (-0.01, -0.03, 0.02), (UNSURE, UNSURE, UNSURE)),
+])
+def test_claims_words(half, full, diff, words):
+    rows = [row(0, 0.0, 0.0, 0.0), row(4, *half, *diff), row(8, *full)]
+    assert [c[-1] for c in claims(rows, "eval_accuracy", 8)] == list(words)
+    assert [c[1] for c in claims(rows, "eval_accuracy", 8)] == [4, 8, 4]
+
+
+def test_claims_not_run():
+    rows = [row(0, 0.0, 0.0, 0.0), row(8, -0.1, -0.2, 0.0)]  # no k = ½, no random order
+    assert [c[-1] for c in claims(rows, "eval_accuracy", 8)] == [NOT_RUN, UNSURE, NOT_RUN]
