@@ -123,3 +123,33 @@ def test_claims_words(half, full, diff, words):
 def test_claims_not_run():
     rows = [row(0, 0.0, 0.0, 0.0), row(8, -0.1, -0.2, 0.0)]  # no k = ½, no random order
     assert [c[-1] for c in claims(rows, "eval_accuracy", 8)] == [NOT_RUN, UNSURE, NOT_RUN]
+
+
+def test_grid_summary_differences_claims_and_stability_between_tasks(tmp_path):
+    from papa.method.ranking import save_ranking
+    from papa.sweep.summary import PairOutcome, write_summary
+
+    outcomes, lambdas = [], {}
+    for index, task in enumerate(("sst2", "qnli")):
+        plan, _ = fake_sweep(tmp_path / task, (1, 2), controls=("random_order",), task_name=task)
+        lambdas[task] = np.random.default_rng(10 + index).normal(size=(2, 4))
+        save_ranking(lambdas[task], tmp_path / task / "sort")
+        outcome = PairOutcome("m", plan.task, plan.total_heads, plan.ks, plan.controls)
+        outcome.results = write_results(plan, "m")
+        outcomes.append(outcome)
+    write_summary(str(tmp_path), outcomes)
+    summary = list(csv.DictReader(open(tmp_path / "summary.csv")))
+    for outcome in outcomes:
+        results = {int(r["k"]): r for r in csv.DictReader(open(tmp_path / outcome.task.name / "results.csv"))}
+        for row in (r for r in summary if r["task"] == outcome.task.name and r["variant"] == "random_order"):
+            expected = results[int(row["k"])]
+            for end in ("", "_ci_low", "_ci_high"):
+                assert row[f"diff{'_vs_papa' if not end else end}"] == expected[f"diff_random_order_eval_accuracy{end}"]
+    md = (tmp_path / "summary.md").read_text()
+    assert "## Differences from PAPA" in md and "**mean across tasks**" in md
+    assert "## Claims" in md and "| sst2 | the ranking beats a random order" in md
+    assert "## Ranking stability between tasks" in md
+    stability = list(csv.DictReader(open(tmp_path / "ranking_stability.csv")))
+    assert {(r["a"], r["b"], r["seed_a"]) for r in stability} == {("sst2", "qnli", "1")}  # one ranking: the first seed's
+    la, lb = (lambdas[t].ravel().astype(np.float32) for t in ("sst2", "qnli"))
+    assert float(stability[0]["kendall_tau"]) == pytest.approx(brute_tau(la, lb))

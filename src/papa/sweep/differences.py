@@ -84,3 +84,58 @@ def differences_markdown(rows, metric_key, controls, labels, total_heads):
                   "same bootstrap draws as the two changes' (the same seeds and evaluation examples), so what the "
                   "runs share cancels (docs/error_bars.md). " + headline, ""]
     return "\n".join(lines)
+
+
+def grid_differences_markdown(by_model, half_k, labels):
+    """summary.md's differences from PAPA at ½ and all heads: per model, control and task, then the mean across the
+    tasks in the means (the interval of the mean of their bootstrap statistics, resample by resample, as the
+    changes' means); `by_model`: {model: [PairOutcome]}."""
+    lines = ["## Differences from PAPA", "",
+             "| model | control | task | ½ of the heads: control − PAPA | all heads: control − PAPA |",
+             "| --- | --- | --- | ---: | ---: |"]
+    found = []
+    for model, outcomes in by_model.items():
+        done = [o for o in outcomes if o.results is not None]
+        for control in dict.fromkeys(c for o in done for c in o.controls):
+            stats_by_k = {"half": [], "all": []}
+            for o in done:
+                if control not in o.controls:
+                    continue
+                column = difference_column(control, f"eval_{o.metric}")
+                by_k = {r["k"]: r for r in o.results.rows}
+                cells = []
+                for which, k in (("half", half_k(o.total_heads)), ("all", o.total_heads)):
+                    row = by_k.get(k, {})
+                    value, low, high = (row.get(f"{column}{end}") for end in ("", "_ci_low", "_ci_high"))
+                    cells.append(change_text(value, low, high))
+                    if not o.results.warning:  # a pair at chance stays out of the means, as in the changes'
+                        stats_by_k[which].append((o.results.distributions or {}).get((column, k)))
+                    if distinguishable(low, high) and value != 0:
+                        found.append(f"{labels[control]} on {o.task.name} at {which} ({change_text(value, low, high)})")
+                lines.append(f"| {model} | {labels[control]} | {o.task.name} | {cells[0]} | {cells[1]} |")
+            means = []
+            for which in ("half", "all"):
+                stats, point = stats_by_k[which], _point(done, control, which, half_k)
+                usable = stats and all(s is not None for s in stats) and len({len(s) for s in stats}) == 1
+                interval = percentile_interval(np.mean(stats, axis=0)) if usable else None
+                means.append(change_text(point, *(interval or (None, None))))
+            lines.append(f"| {model} | {labels[control]} | **mean across tasks** | {means[0]} | {means[1]} |")
+    headline = ("Distinguishable from 0: " + "; ".join(found) + "." if found
+                else "No difference from PAPA is distinguishable from 0 at this budget.")
+    return lines + ["", "control − PAPA: the control's change minus PAPA's, both against the same k=0 run (> 0: the "
+                        "control does better), with the 95% interval of the paired bootstrap (the same draws). "
+                        + headline, ""]
+
+
+def _point(outcomes, control, which, half_k):
+    """The mean across the tasks in the means of the control's difference from PAPA at ½ (`which` "half") or all."""
+    values = []
+    for o in outcomes:
+        if control not in o.controls or o.results.warning:
+            continue
+        k = half_k(o.total_heads) if which == "half" else o.total_heads
+        row = next((r for r in o.results.rows if r["k"] == k), {})
+        value = row.get(difference_column(control, f"eval_{o.metric}"))
+        if value is not None:
+            values.append(value)
+    return sum(values) / len(values) if values else None

@@ -27,12 +27,15 @@ import numpy as np
 
 from ..errors import first_line
 from ..io import save_text
-from .claims import half_k
+from .claims import claims, claims_markdown, half_k
 from .controls import CONTROLS
+from .differences import difference_column, grid_differences_markdown
+from .stability import stability_markdown, task_stability, write_stability
 from .intervals import change_text, percentile_interval
 
 CSV_COLUMNS = ["model", "task", "status", "metric", "variant", "k", "fraction_constant", "score", "se",
-               "rel_change", "ci_low", "ci_high", "eval_samples", "n_seeds", "error"]
+               "rel_change", "ci_low", "ci_high", "diff_vs_papa", "diff_ci_low", "diff_ci_high", "eval_samples",
+               "n_seeds", "error"]
 CORRELATIONS = ("matthews_correlation", "pearson", "spearmanr")
 
 
@@ -67,6 +70,14 @@ class PairOutcome:
         row = next((r for r in self.results.rows if r["k"] == k), {})
         return row.get(f"{change}_ci_low"), row.get(f"{change}_ci_high")
 
+    def difference(self, variant, k):
+        """(control − PAPA, low, high) at k (papa.sweep.differences); Nones for PAPA itself or when unknown."""
+        if variant == "PAPA":
+            return None, None, None
+        column = difference_column(variant, f"eval_{self.metric}")
+        row = next((r for r in self.results.rows if r["k"] == k), {})
+        return tuple(row.get(f"{column}{end}") for end in ("", "_ci_low", "_ci_high"))
+
     def distribution(self, variant, k):
         """The bootstrap statistics behind the change's interval at k, or None."""
         return (self.results.distributions or {}).get((self.change_column(variant), k))
@@ -99,10 +110,12 @@ def summary_rows(outcomes):
         for variant in variants(o):
             for k, score, change in o.points(variant):
                 low, high = o.interval(variant, k)
+                diff = o.difference(variant, k)
                 rows.append({"model": o.model, "task": o.task.name, "status": "ok", "metric": o.metric,
                              "variant": variant, "k": k, "fraction_constant": k / o.total_heads, "score": score,
                              "se": standard_error(o.metric, score, n), "rel_change": change, "ci_low": low,
-                             "ci_high": high, "eval_samples": n, "n_seeds": o.results.n_seeds})
+                             "ci_high": high, "diff_vs_papa": diff[0], "diff_ci_low": diff[1],
+                             "diff_ci_high": diff[2], "eval_samples": n, "n_seeds": o.results.n_seeds})
     return rows
 
 
@@ -214,10 +227,27 @@ def model_markdown(model, outcomes):
     return lines + [""]
 
 
-def summary_markdown(outcomes):
+def _by_model(outcomes):
     by_model = {}
     for o in outcomes:
         by_model.setdefault(o.model, []).append(o)
+    return by_model
+
+
+def task_stability_rows(by_model):
+    """ranking_stability.csv's rows between the tasks of each model (their rankings of the same seed); a task is
+    named model/task when the grid has several models."""
+    rows = []
+    for model, outcomes in by_model.items():
+        done = [o for o in outcomes if o.results is not None and o.results.rankings]
+        name = (lambda o: f"{model}/{o.task.name}") if len(by_model) > 1 else (lambda o: o.task.name)
+        ks = sorted({k for o in done for k in o.ks})
+        rows += task_stability({name(o): o.results.rankings for o in done}, ks)
+    return rows
+
+
+def summary_markdown(outcomes):
+    by_model = _by_model(outcomes)
     tasks = list(dict.fromkeys(o.task.name for o in outcomes))
     failed = [o for o in outcomes if o.results is None]
     lines = [f"# PAPA grid: {len(by_model)} model(s) x {len(tasks)} task(s)", "",
@@ -232,6 +262,16 @@ def summary_markdown(outcomes):
     lines += headline_markdown(by_model)
     for model, pairs in by_model.items():
         lines += model_markdown(model, pairs)
+    if any(o.controls for o in outcomes):
+        lines += grid_differences_markdown(by_model, half_k, {c: CONTROLS[c].label for c in CONTROLS})
+    done = [o for o in outcomes if o.results is not None]
+    several = len(by_model) > 1
+    lines += claims_markdown([((o.model, o.task.name) if several else (o.task.name,),
+                               claims(o.results.rows, f"eval_{o.metric}", o.total_heads)) for o in done],
+                             ("model", "task") if several else ("task",)).splitlines() + [""]
+    stability = task_stability_rows(by_model)
+    if stability:
+        lines += stability_markdown(stability, "tasks (the same seed's rankings)").splitlines() + [""]
     if failed:
         lines += ["## Failed pairs", ""] + [f"- {o.model} × {o.task.name}: {o.error}" for o in failed] + [""]
     return "\n".join(lines)
@@ -257,6 +297,7 @@ def write_summary(output_dir, outcomes):
     from . import plots
 
     save_text(summary_csv(summary_rows(outcomes)), os.path.join(output_dir, "summary.csv"))
+    write_stability(task_stability_rows(_by_model(outcomes)), output_dir)
     markdown = summary_markdown(outcomes)
     save_text(markdown, os.path.join(output_dir, "summary.md"))
     panels, png = summary_panels(outcomes), os.path.join(output_dir, "summary.png")
