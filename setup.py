@@ -31,6 +31,7 @@ setup(
             "papa-ner=papa.cli.ner:main",
             "papa-ner-avgs=papa.cli.ner_avgs:main",
             "papa-benchmark=papa.cli.benchmark:main",
+            "papa-compare=papa.cli.compare:main",
         ],
     },
 )

@@ -153,3 +153,51 @@ def test_grid_summary_differences_claims_and_stability_between_tasks(tmp_path):
     assert {(r["a"], r["b"], r["seed_a"]) for r in stability} == {("sst2", "qnli", "1")}  # one ranking: the first seed's
     la, lb = (lambdas[t].ravel().astype(np.float32) for t in ("sst2", "qnli"))
     assert float(stability[0]["kendall_tau"]) == pytest.approx(brute_tau(la, lb))
+
+
+# ----------------------------------------------------------------------------- papa-compare
+
+
+def finished_sweep(folder, seeds, controls=(), task_name="sst2", n=60):
+    """fake_sweep's runs, their results, and the sweep.json a real sweep writes."""
+    plan, _ = fake_sweep(folder, seeds, controls=controls, task_name=task_name, n=n)
+    write_results(plan, "m")
+    (folder / "sweep.json").write_text(json.dumps({"task": task_name, "layers": 2, "heads_per_layer": 4,
+                                                   "controls": list(controls), "seeds": list(seeds)}))
+    return plan
+
+
+def test_papa_compare_equals_the_sweeps_own_paired_difference(tmp_path, capsys):
+    from papa.cli.compare import main
+
+    finished_sweep(tmp_path / "a", (1, 2, 3), controls=("uniform",))
+    out = tmp_path / "cmp.csv"
+    main([str(tmp_path / "a"), str(tmp_path / "a"), "--variant_a", "uniform", "--bootstrap_samples", "200",
+          "--output", str(out)])
+    rows = {int(r["k_a"]): r for r in csv.DictReader(open(out))}
+    own = {int(r["k"]): r for r in csv.DictReader(open(tmp_path / "a" / "results.csv"))}
+    assert sorted(rows) == [4, 8]  # k = 0 left out
+    for k, row in rows.items():  # uniform − PAPA: the column the brute-force test checks, from the same draws
+        for end in ("", "_ci_low", "_ci_high"):
+            assert float(row[f"diff{end}"]) == pytest.approx(float(own[k][f"diff_uniform_eval_accuracy{end}"]))
+    assert "a (uniform) − a" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("case, message", [
+    ("task", "different tasks"),
+    ("seeds", "3 and 1 seeds"),
+    ("variant", "ran no 'mean_output' variant"),
+    ("unfinished", "has not finished"),
+])
+def test_papa_compare_bad_input(tmp_path, case, message):
+    from papa.errors import PapaError
+    from papa.sweep.compare import compare_runs
+
+    finished_sweep(tmp_path / "a", (1, 2, 3))
+    other = {"task": dict(seeds=(1, 2, 3), task_name="qnli"), "seeds": dict(seeds=(1,))}.get(case, dict(seeds=(1, 2, 3)))
+    finished_sweep(tmp_path / "b", **other)
+    if case == "unfinished":
+        (tmp_path / "b" / "results.csv").unlink()
+    with pytest.raises(PapaError, match=message):
+        compare_runs(tmp_path / "a", tmp_path / "b", variant_b="mean_output" if case == "variant" else "PAPA",
+                     samples=50)

@@ -4,7 +4,7 @@ import importlib
 import sys
 
 COMMANDS = {"sweep": "sweep", "glue": "glue", "glue-avgs": "glue_avgs", "ner": "ner", "ner-avgs": "ner_avgs",
-            "benchmark": "benchmark"}
+            "benchmark": "benchmark", "compare": "compare"}
 
 
 def main(argv=None):

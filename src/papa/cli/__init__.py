@@ -6,6 +6,7 @@
     papa-ner         papa.cli.ner         papa_scripts/run_papa_ner.py                 steps 2-3, token tasks
     papa-sweep       papa.cli.sweep       papa_scripts/run_papa_sweep.py               the whole method
     papa-benchmark   papa.cli.benchmark   papa_scripts/benchmark_papa.py               speed and memory
+    papa-compare     papa.cli.compare                                                  two finished sweeps' difference
 
 `python -m papa.cli.<module>` (or `python -m papa <command>`) runs one without the console scripts:
 that is how the sweep runs its stages, so it works from any install. The task kind a script serves

@@ -4,14 +4,19 @@
     defaults.py  hyper-parameters per task, which k to probe, the flags the sweep owns
     stages.py    a stage: its command, its stamp and fingerprint (resuming), running it
     child.py     a stage's process: log.txt, its progress line, the tail of a failure
-    controls.py  the control runs beside PAPA's: uniform, random_order, mean_output
+    controls.py  the control runs beside PAPA's: uniform, random_order, mean_output, zero_output, first_token,
+                 trained_constant
     results.py   eval_results.json of every k → results.csv, results.md, the figures
+    intervals.py, aggregate.py   the paired bootstrap; the seeds' tables merged with their intervals
+    differences.py  each control's paired difference from PAPA;  claims.py  the paper's claims as a table
+    stability.py the rankings' agreement between seeds and between tasks (ranking_stability.csv)
+    compare.py   papa-compare: the paired difference between two finished sweeps
     run.py       run_sweep: settings → stages → results
     grid.py      run_grid: every model x task, each a sweep in its own folder, then the summary
     summary.py   the grid's summary.csv, summary.md, summary.png
     launchers/   --launcher local (stages side by side) and slurm (a Slurm job per stage): docs/scale_out.md
 
-Entry point: `papa-sweep` (papa.cli.sweep, papa_scripts/run_papa_sweep.py).
+Entry points: `papa-sweep` (papa.cli.sweep, papa_scripts/run_papa_sweep.py), `papa-compare` (papa.cli.compare).
 """
 
 from .grid import run_grid
