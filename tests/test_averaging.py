@@ -197,8 +197,9 @@ def test_every_family_averages_equal_direct_computation(name):
             patterns += p
             for layer in range(FL):
                 sums[layer] += att[layer][0].numpy().astype(np.float64) * p
-    np.testing.assert_allclose(averager.attention_sums.numpy(), sums, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(averager.full_sums().numpy(), sums, rtol=1e-5, atol=1e-6)
     np.testing.assert_allclose(averager.pattern_sums.numpy(), patterns)
+    assert averager.lower_triangle == (name in DECODER_NAMES)  # decoders keep their lower triangles only
     if name in DECODER_NAMES:
         assert torch.equal(averager.averages().triu(1), torch.zeros(FL, FH, FT, FT))
     # no hook is left behind: a later forward records nothing

@@ -133,6 +133,7 @@ class PapaAttention:
     papa_return_probs = False
     papa_head_order = None  # the stock heads in this layer's layout order; None: the stock order
     papa_layout_pending = False  # patched without reordering (a legacy folder being loaded)
+    papa_lower_triangular = False  # a decoder's constants (causal band): zero above the diagonal
 
     def forward(self, *args, **kwargs):
         if self.papa_layout_pending:
@@ -187,7 +188,8 @@ class PapaAttention:
         if self.head_mode == "mean_output":
             result = mean_output(self.mean_outputs.to(values.dtype), valid, values.shape[0])
             return result if out is None else out.copy_(result)
-        return constant_attention_output(self._constants(values.dtype), values, valid, out=out)
+        return constant_attention_output(self._constants(values.dtype), values, valid, out=out,
+                                         lower_triangular=self.papa_lower_triangular)
 
     # ------------------------------------------------------------------ head layout
 
@@ -236,7 +238,8 @@ class PapaAttention:
         B, T, H, d = values.shape
         if self.mix_all_heads:
             dynamic = self.papa_dynamic_context(call, values)  # (B, T, H, d)
-            constant = constant_attention_output(self._constants(values.dtype), values, valid)
+            constant = constant_attention_output(self._constants(values.dtype), values, valid,
+                                                 lower_triangular=self.papa_lower_triangular)
             weight = self._mix_weights(values.dtype)[:, None]  # (H, 1)
             return constant + weight * (dynamic - constant)  # σ(λ)·A + (1−σ(λ))·C: λ's gradient reduces A − C, no cancellation
         if not self.static_heads:

@@ -22,32 +22,27 @@ from torch import nn
 
 from ..families.constant_math import constant_attention_output, normalized_constant  # noqa: F401  (public math)
 from ..families import PapaAttention, attention_modules, family_for
-from ..errors import PapaError, first_line
+from ..errors import PapaError
+from .layouts import PackedConstants, read_head_file
 
 HEAD_LAYOUT = "dynamic_first"  # config.papa["head_layout"] of models patched by this version
 
 
 def _load_tensor(source, default_name, what, producer):
-    """(tensor, description) from a tensor, a .pt file, or a folder holding `default_name`."""
-    if isinstance(source, torch.Tensor):
+    """(tensor, description) from a tensor, a .pt file, or a folder holding `default_name`; a file in the
+    lower-triangle layout (papa.method.layouts) gives a `PackedConstants`, read lazily."""
+    if isinstance(source, (torch.Tensor, PackedConstants)):
         return source, what
     path = os.fspath(source)
     if os.path.isdir(path) or not path.endswith(".pt"):  # a folder, existing or not
         path = os.path.join(path, default_name)
     if not os.path.isfile(path):
         raise PapaError(f"{what} not found: {path} does not exist ({producer})")
-    try:
-        tensor = torch.load(path, map_location="cpu", weights_only=True)
-    except Exception as err:  # torch's own message runs to many lines of advice that does not apply here
-        raise PapaError(f"{path} is not a readable tensor file ({type(err).__name__}: {first_line(err)[:160]}); "
-                        f"{producer}") from None
-    if not isinstance(tensor, torch.Tensor):
-        raise PapaError(f"{path} holds a {type(tensor).__name__}, not a [layers, heads, ...] tensor")
-    return tensor, f"the {what} in {path}"
+    return read_head_file(path, producer), f"the {what} in {path}"
 
 
 def _check_head_tensor(tensor, what, num_layers, num_heads, num_kv_heads=None):
-    if not torch.isfinite(tensor).all():
+    if not isinstance(tensor, PackedConstants) and not torch.isfinite(tensor).all():  # packed: per layer, as read
         raise PapaError(f"{what} contain NaN or infinite values; recompute them")
     if num_kv_heads not in (None, num_heads) and tensor.dim() >= 2 and tensor.shape[1] == num_kv_heads:
         raise PapaError(
@@ -60,11 +55,12 @@ def _check_head_tensor(tensor, what, num_layers, num_heads, num_kv_heads=None):
             f"{what} have {tensor.shape[0]} layers x {tensor.shape[1]} heads, "
             f"but the model has {num_layers} x {num_heads}: they were computed for another model"
         )
-    return tensor.float()
+    return tensor if isinstance(tensor, PackedConstants) else tensor.float()
 
 
 def load_constant_matrices(source, num_layers=None, num_heads=None, num_kv_heads=None):
-    """A [L, H, T, T] float tensor from a tensor, an `avgs.pt` file, or a folder holding one.
+    """A [L, H, T, T] float tensor from a tensor, an `avgs.pt` file, or a folder holding one; a lower-triangle
+    file (a decoder's, papa.method.layouts) gives a `PackedConstants` of that shape, read a layer at a time.
 
     With num_layers and num_heads (the model's), L x H must match them; num_kv_heads (a decoder's grouped
     key/value heads) names the mistake of averages computed per key/value head.
@@ -177,7 +173,7 @@ def patch_model(model, constant_matrices=None, static_heads=None, mix_all_heads=
         module.static_heads, module.dynamic_heads, module.head_mode = static, dynamic, head_mode
         module.papa_prune(dynamic)
         stored = list(range(num_heads)) if mix_all_heads else static
-        tensor = replacements[index, stored].to(reference.device, reference.dtype).clone() if stored else None
+        tensor = _layer_replacements(replacements, index, stored, reference) if stored else None
         module.constant_matrices = nn.Parameter(tensor) if tensor is not None and head_mode == "constant" else None
         module.mean_outputs = nn.Parameter(tensor) if tensor is not None and head_mode == "mean_output" else None
         # λ in float32, or float64 in a float64 model (a float32 σ(λ) was the one float32 step left there)
@@ -185,6 +181,7 @@ def patch_model(model, constant_matrices=None, static_heads=None, mix_all_heads=
         module.lambdas = (nn.Parameter(torch.zeros(num_heads, device=reference.device, dtype=lambda_dtype))
                           if mix_all_heads else None)
         band = module.papa_band(seq_len)
+        module.papa_lower_triangular = bool(family.causal)  # the constant heads' product skips the zero triangle
         module.register_buffer("papa_band_mask", None if band is None else band.to(reference.device), persistent=False)
         if reorder:
             module.papa_reorder_heads(output_projections[index])
@@ -201,6 +198,18 @@ def patch_model(model, constant_matrices=None, static_heads=None, mix_all_heads=
         "head_layout": HEAD_LAYOUT if reorder else "stock",
     }
     return model
+
+
+def _layer_replacements(replacements, layer, heads, reference):
+    """One layer's replacement tensors of `heads`, a fresh (S, T, ·) tensor in the model's device and dtype; read
+    from a `PackedConstants` one layer at a time, so the whole [L, H, T, T] never exists."""
+    if isinstance(replacements, PackedConstants):
+        tensor = replacements.heads(layer, heads, reference.dtype, reference.device)
+        if not torch.isfinite(tensor).all():
+            raise PapaError(f"the constant matrices in {replacements.path} contain NaN or infinite values (layer "
+                            f"{layer}); recompute them")
+        return tensor
+    return replacements[layer, heads].to(reference.device, reference.dtype)  # indexing by a list copies
 
 
 def reorder_heads(model):

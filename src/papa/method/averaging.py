@@ -16,8 +16,9 @@ The statistics are accumulated *inside* the forward, by hooks on each layer's at
 layer and peak memory does not grow with the number of layers; HF is never asked to collect
 `output_attentions`. Once the last layer's statistics are in, the forward stops: the rest of
 that layer (its A·V, output projection and feed-forward block) and the pooler feed nothing the
-averages use (most of one of MiniLM's six layers). The sums live in float64 so hundreds of
-thousands of examples lose nothing.
+averages use (most of one of MiniLM's six layers). An encoder's sums live in float64 so hundreds of
+thousands of examples lose nothing; a decoder's (`lower_triangle`, papa.method.layouts) hold the lower triangle
+only, in float32 by default, so averaging at T = 2048 holds one copy of the stored averages' size.
 Across processes (torchrun / accelerate), every process sees a disjoint shard of the examples
 (no sampler padding, so nothing is counted twice) and the sums are all-reduced.
 """
@@ -33,18 +34,31 @@ from ..families.constant_math import padding_pattern
 from ..families import PapaAttention, accepts_token_type_ids, attention_modules, family_for
 from ..errors import PapaError
 from ..io import load_json_object, save_json, save_tensor
+from .layouts import pack, packed_record, triangle_size, unpack
 
 
 class AttentionAverager:
-    """Streaming, float64 sums of pattern-masked attention probabilities (and, optionally, head outputs)."""
+    """Streaming sums of pattern-masked attention probabilities (and, optionally, head outputs).
 
-    def __init__(self, num_layers, num_heads, seq_len, device="cpu", head_dim=None):
-        self.attention_sums = torch.zeros(num_layers, num_heads, seq_len, seq_len, dtype=torch.float64, device=device)
+    lower_triangle (decoders): the sums, and the files, hold each matrix's lower triangle only (papa.method.layouts,
+    layout 2), as a causal head never attends above the diagonal. sum_dtype: float64 (the default for full
+    matrices), or float32 (the default for lower triangles: the sums then take the bytes of the stored averages,
+    not twice them; each batch is summed in float32 first, so a sum's rounding grows with the number of batches,
+    not examples: docs/long_context.md measures it against float64 sums).
+    """
+
+    def __init__(self, num_layers, num_heads, seq_len, device="cpu", head_dim=None, lower_triangle=False,
+                 sum_dtype=None):
+        self.seq_len, self.lower_triangle = seq_len, bool(lower_triangle)
+        sum_dtype = sum_dtype or (torch.float32 if lower_triangle else torch.float64)
+        per_head = (triangle_size(seq_len),) if lower_triangle else (seq_len, seq_len)
+        self.attention_sums = torch.zeros(num_layers, num_heads, *per_head, dtype=sum_dtype, device=device)
         self.pattern_sums = torch.zeros(seq_len, seq_len, dtype=torch.float64, device=device)
         self.output_sums = None
         if head_dim is not None:
             self.output_sums = torch.zeros(num_layers, num_heads, seq_len, head_dim, dtype=torch.float64, device=device)
         self.num_examples = 0
+        self._saved_averages = None  # after save() of float32 lower triangles: the sums, divided in place
 
     @torch.no_grad()
     def add_batch(self, attention_mask):
@@ -56,8 +70,12 @@ class AttentionAverager:
     @torch.no_grad()
     def add_attention(self, layer, probs, valid):
         """probs: (B, H, T, T) of one layer; valid: (B, T) float."""
-        # summed over the batch in float32 at least (float16 / bfloat16 probabilities under autocast), then float64
-        self.attention_sums[layer] += (probs * padding_pattern(valid.to(probs.dtype))).sum(0, dtype=torch.float32).double()
+        self._check_not_saved()
+        # summed over the batch in float32 at least (float16 / bfloat16 probabilities under autocast), then added
+        summed = (probs * padding_pattern(valid.to(probs.dtype))).sum(0, dtype=torch.float32)
+        if self.lower_triangle:
+            summed = pack(summed)
+        self.attention_sums[layer] += summed.to(self.attention_sums.dtype)
 
     @torch.no_grad()
     def add_outputs(self, layer, context, valid):
@@ -74,6 +92,7 @@ class AttentionAverager:
 
     def all_reduce(self):
         """Sum the statistics of every process (no-op without torch.distributed)."""
+        self._check_not_saved()
         if dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1:
             for tensor in (self.attention_sums, self.pattern_sums, self.output_sums):
                 if tensor is not None:
@@ -83,9 +102,27 @@ class AttentionAverager:
             self.num_examples = int(count.item())
         return self
 
+    def stored_averages(self, out=None):
+        """The averages as `avgs.pt` stores them, float32: [L, H, T, T], or [L, H, T(T+1)/2] for lower triangles;
+        positions never seen together are 0, not NaN. Divided a layer at a time (into `out`, which may be the
+        float32 sums themselves)."""
+        if self._saved_averages is not None:
+            return self._saved_averages
+        counts = pack(self.pattern_sums) if self.lower_triangle else self.pattern_sums
+        result = out if out is not None else torch.empty_like(self.attention_sums, dtype=torch.float32)
+        for layer in range(self.attention_sums.shape[0]):
+            result[layer] = _safe_divide(self.attention_sums[layer].double(), counts).float()
+        return result
+
     def averages(self):
-        """avgs [L, H, T, T] in float32; positions never seen together are 0, not NaN."""
-        return _safe_divide(self.attention_sums, self.pattern_sums).float()
+        """avgs [L, H, T, T] in float32 (lower triangles unpacked); positions never seen together are 0, not NaN."""
+        stored = self.stored_averages()
+        return unpack(stored, self.seq_len) if self.lower_triangle else stored
+
+    def full_sums(self):
+        """The attention sums as [L, H, T, T] (lower triangles unpacked), in their dtype."""
+        self._check_not_saved()
+        return unpack(self.attention_sums, self.seq_len) if self.lower_triangle else self.attention_sums
 
     def mean_outputs(self):
         """mean head outputs [L, H, T, d] in float32; positions never seen are 0."""
@@ -94,17 +131,34 @@ class AttentionAverager:
         counts = self.pattern_sums.diagonal()[:, None]  # (T, 1): Σ_b m_i
         return _safe_divide(self.output_sums, counts).float()
 
+    def _check_not_saved(self):
+        if self._saved_averages is not None:
+            raise PapaError("this averager was saved, and its float32 sums became the averages: accumulate into a "
+                            "new AttentionAverager")
+
+    def _stored(self, values):
+        return packed_record(values.cpu(), self.seq_len) if self.lower_triangle else values.cpu()
+
     def save(self, output_dir, info=None):
-        """Write the three original files (float32), and mean_outputs.pt when recorded, each atomically; then
-        `info` (what they were averaged over: `averages_info`) as avgs_info.json. An older avgs_info.json goes
-        first, so a run stopped midway leaves averages of unknown origin, never a record of another run's."""
+        """Write the three original files (float32; lower triangles in layout 2), and mean_outputs.pt when
+        recorded, each atomically; then `info` (what they were averaged over: `averages_info`) as avgs_info.json.
+        An older avgs_info.json goes first, so a run stopped midway leaves averages of unknown origin, never a
+        record of another run's. float32 lower-triangle sums are divided in place into the averages once written
+        (no second copy of their size): the averager takes no more batches after that."""
         os.makedirs(output_dir, exist_ok=True)
         info_path = os.path.join(output_dir, AVERAGES_INFO)
         if os.path.exists(info_path):
             os.remove(info_path)
-        save_tensor(self.attention_sums.float().cpu(), os.path.join(output_dir, "attention_sums.pt"))
+        if self._saved_averages is None:
+            sums = self.attention_sums if self.attention_sums.dtype == torch.float32 else self.attention_sums.float()
+            save_tensor(self._stored(sums), os.path.join(output_dir, "attention_sums.pt"))
+            del sums
         save_tensor(self.pattern_sums.float().cpu(), os.path.join(output_dir, "attention_patterns_sums.pt"))
-        save_tensor(self.averages().cpu(), os.path.join(output_dir, "avgs.pt"))
+        in_place = self.lower_triangle and self.attention_sums.dtype == torch.float32
+        averages = self.stored_averages(out=self.attention_sums if in_place else None)
+        if in_place:
+            self._saved_averages = averages
+        save_tensor(self._stored(averages), os.path.join(output_dir, "avgs.pt"))
         if self.output_sums is not None:
             save_tensor(self.mean_outputs().cpu(), os.path.join(output_dir, "mean_outputs.pt"))
         if info is not None:
@@ -252,19 +306,22 @@ def recording(encoder, averager, valid_of_batch, mean_outputs):
 
 @torch.no_grad()
 def accumulate_attention(model, batches, seq_len, device="cpu", progress=None, mean_outputs=False,
-                         autocast_dtype=None):
+                         autocast_dtype=None, lower_triangle=None, sum_dtype=None):
     """Run `model` (any supported family, encoder or decoder, stock or PAPA-patched) over `batches` in eval mode and
     average its attention (and, with `mean_outputs`, its heads' outputs).
 
     batches yield dicts with input_ids, attention_mask (and token_type_ids); every batch must be
     padded to `seq_len`. autocast_dtype: torch.float16 / torch.bfloat16 runs the forward under
-    autocast (the sums stay float64). Returns an `AttentionAverager` with this process's sums (call
+    autocast (the sums keep their dtype). lower_triangle: sum (and save) lower triangles only; None: for
+    decoders. sum_dtype: see `AttentionAverager`. Returns an `AttentionAverager` with this process's sums (call
     `all_reduce()` for the global ones).
     """
     config = model.config
-    averager = AttentionAverager(config.num_hidden_layers, config.num_attention_heads, seq_len, device,
-                                 head_dim(config) if mean_outputs else None)
     encoder = model.base_model.eval()
+    if lower_triangle is None:
+        lower_triangle = family_for(encoder).causal
+    averager = AttentionAverager(config.num_hidden_layers, config.num_attention_heads, seq_len, device,
+                                 head_dim(config) if mean_outputs else None, lower_triangle, sum_dtype)
     takes_token_types = accepts_token_type_ids(encoder)
     current = {}
     with recording(encoder, averager, lambda: current["valid"], mean_outputs):
