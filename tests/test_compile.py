@@ -55,6 +55,24 @@ def test_inference_compiles_without_graph_breaks(name, impl):
             assert_close(a, b, atol=1e-6, rtol=1e-5)
 
 
+@pytest.mark.parametrize("mode", ["zero_output", "first_token", "mean_output"])
+@pytest.mark.parametrize("name", ["bert", "llama"])
+def test_the_ablation_controls_compile_without_graph_breaks(name, mode):
+    """The controls' head modes (papa.method.ablations; the mean outputs' path they share) under fullgraph=True."""
+    from papa.method.ablations import first_token_matrices, zero_outputs
+
+    ids, mask = padded_batch(name)
+    replacement = {"zero_output": {"mean_outputs": zero_outputs(L, H, T, 8)},
+                   "mean_output": {"mean_outputs": torch.randn(L, H, T, 8, generator=torch.Generator().manual_seed(2))},
+                   "first_token": {"constant_matrices": first_token_matrices(L, H, T)}}[mode]
+    model = papa.patch_model(tiny_family_model(name, "eager", head="base"), static_heads=MIXED, **replacement)
+    compiled = torch.compile(model, fullgraph=True, backend="aot_eager")
+    with torch.no_grad():
+        want = model(input_ids=ids, attention_mask=mask).last_hidden_state
+        got = compiled(input_ids=ids, attention_mask=mask).last_hidden_state
+    assert_close(got, want, atol=1e-5, rtol=1e-5)
+
+
 def without_dropout(model):
     for module in model.modules():
         if isinstance(module, torch.nn.Dropout):

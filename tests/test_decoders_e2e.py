@@ -117,9 +117,10 @@ def test_sweep_with_controls_on_a_gqa_llama(tmp_path):
     run_command(script("run_papa_sweep.py") + [
         "--model_name_or_path", model_dir, "--task_name", "repeat", "--output_dir", out, "--static_heads_nums", 0, 6,
         "--max_seq_length", T, "--num_train_epochs", 1, "--sort_num_train_epochs", 1, "--max_train_samples", 32,
-        "--max_eval_samples", 16, "--controls", "uniform", "random_order", "mean_output"], cwd=tmp_path)
+        "--max_eval_samples", 16, "--controls", "uniform", "random_order", "mean_output", "zero_output", "first_token",
+        "trained_constant"], cwd=tmp_path)
     assert torch.load(out / "avgs" / "mean_outputs.pt", weights_only=True).shape == (3, 4, T, 8)
-    for folder in ("k_0", "k_6", "uniform_k_6", "random_k_6", "mean_k_6"):
+    for folder in ("k_0", "k_6", "uniform_k_6", "random_k_6", "mean_k_6", "zero_k_6", "first_k_6", "trained_k_6"):
         results = json.loads((out / folder / "eval_results.json").read_text())
         assert 0 <= results["eval_accuracy"] <= 1, folder
         assert (out / folder / "eval_predictions.jsonl").is_file(), folder

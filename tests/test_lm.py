@@ -340,13 +340,18 @@ def test_lm_sweep_end_to_end(tmp_path):
     out = tmp_path / "sweep"
     run_command(script("run_papa_sweep.py") + [
         "--task_name", "lm", "--model_name_or_path", model, "--train_file", train, "--validation_file", valid,
-        "--max_seq_length", str(T), "--static_heads_nums", "0", "12", "--controls", "uniform",
+        "--max_seq_length", str(T), "--static_heads_nums", "0", "12", "--controls", "uniform", "trained_constant",
         "--bootstrap_samples", "100", "--output_dir", out])
     rows = list(csv.DictReader(open(out / "results.csv")))
     ppl = {k: json.loads((out / f"k_{k}" / "eval_results.json").read_text())["eval_perplexity"] for k in (0, 12)}
     assert float(rows[1]["rel_change_eval_perplexity"]) == pytest.approx((ppl[0] - ppl[12]) / ppl[0])
     uniform = json.loads((out / "uniform_k_12" / "eval_results.json").read_text())["eval_perplexity"]
     assert float(rows[1]["rel_change_uniform_eval_perplexity"]) == pytest.approx((ppl[0] - uniform) / ppl[0])
+    # trained constants: the matrices trained on the LM loss of the training blocks (a run of its own), compared
+    # with PAPA's averages at the same k by their paired difference
+    trained = json.loads((out / "trained_k_12" / "eval_results.json").read_text())["eval_perplexity"]
+    assert "train_loss" in json.loads((out / "trained_k_12" / "all_results.json").read_text())
+    assert float(rows[1]["diff_trained_constant_eval_perplexity"]) == pytest.approx((ppl[12] - trained) / ppl[0])
     md = (out / "results.md").read_text()
     assert "negative = worse" in md and "lower is better" in md
     assert (out / "results.png").read_bytes()[:4] == b"\x89PNG"

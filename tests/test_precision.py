@@ -3,7 +3,7 @@
 The accuracy goal: in each precision the patched model's error against its own float32 output is no worse than
 RATIO x the error the stock model makes in that precision on the same inputs. The inputs are the hard case: constants
 with all-zero rows (every real `avgs.pt` has them), a padded batch, and layers that mix constant and dynamic heads.
-Checked here for every mode (replace, mix, mean output) and path (fast, probabilities, dropout), forward; the
+Checked here for every mode (replace, mix, mean output, and the zero-output and first-token controls) and path (fast, probabilities, dropout), forward; the
 gradients in tests/test_precision_backward.py.
 
 Stock DeBERTa v1 fails under CPU autocast (float16 and bfloat16) inside transformers (masked_fill with finfo.min
@@ -17,6 +17,7 @@ import torch
 
 import papa
 from papa.families.constant_math import constant_attention_output, constants_in, normalize_rows, normalized_constant
+from papa.method.ablations import first_token_matrices, zero_outputs
 from tiny_decoders import DECODER_NAMES, SDPA_DECODERS, family_batch
 from tiny_decoders import tiny_family_model as family_model
 from tiny_encoders import FAMILY_NAMES, H, L, T
@@ -56,6 +57,10 @@ def patched(base, mode):
         return papa.patch_model(model, constants_with_zero_rows(), mix_all_heads=True)
     if mode == "mean_output":
         return papa.patch_model(model, mean_outputs=MEANS, static_heads=MIXED)
+    if mode == "zero_output":  # the zero-ablation control
+        return papa.patch_model(model, mean_outputs=zero_outputs(L, H, T, 8), static_heads=MIXED)
+    if mode == "first_token":  # the attention-sink control
+        return papa.patch_model(model, first_token_matrices(L, H, T), static_heads=MIXED)
     return papa.patch_model(model, constants_with_zero_rows(), static_heads=MIXED)
 
 
@@ -97,7 +102,7 @@ def check_forward_error(name, impl, precision, device="cpu"):
     ids, mask = family_batch(name)
     base = family_model(name, impl, head="base")
     allowed = RATIO * stock_error(base, precision, ids, mask, name, device)
-    for mode in ("replace", "mix", "mean_output"):
+    for mode in ("replace", "mix", "mean_output", "zero_output", "first_token"):
         model = patched(base, mode)
         for probs in (False, True):  # fast path, probabilities path
             if probs and impl == "sdpa":
