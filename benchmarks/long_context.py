@@ -192,7 +192,32 @@ def main(argv=None):
     if args.out:
         with open(args.out + ".json", "w") as f:
             json.dump(results, f, indent=1)
+        with open(args.out + ".md", "w") as f:
+            f.write(report(results, shlex.join([os.path.relpath(sys.argv[0], ROOT), *sys.argv[1:]])))
     return results
+
+
+def report(results, command):
+    m, steps_ = results["machine"], results["steps"]
+    lines = [f"# SmolLM2-135M at T = {results['seq_len']}, batch 1, CPU: peak RSS and time", "",
+             f"`{command}`; {m['cpu']}, {m['logical_cpus']} logical CPUs, torch {m['torch']}, transformers "
+             f"{m['transformers']}, Python {m['python']}, fp32; {m['date_utc']} UTC, load average at the start "
+             f"{', '.join(f'{x:.1f}' for x in m['load_average'])} (a shared machine: other jobs ran throughout).", "",
+             "| step | peak RSS (GB) | wall (s) | also |", "| --- | ---: | ---: | --- |"]
+    for name, entry in steps_.items():
+        also = ", ".join(f"{k} {entry[k]} GB" for k in ("avgs_gb", "folder_gb") if k in entry)
+        lines.append(f"| {name} | {entry['peak_rss_gb']:.2f} | {entry['wall_s']:.0f} | {also} |")
+    timing = steps_.get("timing", {}).get("summary")
+    if timing:
+        lines += ["", "Forward time (one block, no gradient), interleaved; speed-up = median over rounds of (mean of the "
+                  "two stock forwards around it) / (its time):", "",
+                  "| model | median (s) | IQR (s) | speed-up vs stock [min, max over rounds] |", "| --- | ---: | ---: | ---: |"]
+        for name, row in timing.items():
+            ratio = (f"{row['speedup_vs_stock_median']:.2f} [{row['speedup_vs_stock_range'][0]:.2f}, "
+                     f"{row['speedup_vs_stock_range'][1]:.2f}]" if "speedup_vs_stock_median" in row else "")
+            lines.append(f"| {name} | {row['median_s']:.2f} | {row['iqr_s']:.2f} | {ratio} |")
+    lines += ["", "Commands:", ""] + [f"- {name}: `{entry['command']}`" for name, entry in steps_.items()]
+    return "\n".join(lines) + "\n"
 
 
 if __name__ == "__main__":

@@ -176,3 +176,20 @@ def test_lower_triangular_bmm_against_numpy():
     out = constant_math.lower_triangular_bmm(a, b, 3)
     out.sum().backward()
     assert_close(a.grad.tril(), (torch.ones(3, 10, 4) @ b.transpose(1, 2)).tril())
+
+
+def test_the_band_is_folded_into_the_stored_constants():
+    """Mistral's window of 4: the stored constants are zero outside it from the patch on and after a state-dict
+    load; while they train, their gradient stays inside it."""
+    model = papa.patch_model(tiny_decoder("mistral", "eager"), torch.ones(L, H, T, T), static_heads=[[0, 1], [0, 3]])
+    module = papa.families.attention_modules(model)[0]
+    i, j = np.indices((T, T))
+    band = torch.from_numpy((i - j >= 0) & (i - j < 4))
+    assert torch.equal(module.constant_matrices.data, band.float().expand(2, T, T))
+    name = next(n for n, _ in model.named_parameters() if n.endswith("constant_matrices"))
+    model.load_state_dict({**model.state_dict(), name: torch.ones(2, T, T)})
+    assert torch.equal(module.constant_matrices.data, band.float().expand(2, T, T))
+    ids, mask = right_padded_batch()
+    model(input_ids=ids, attention_mask=mask).logits.sum().backward()
+    grad = module.constant_matrices.grad
+    assert grad[:, band].abs().sum() > 0 and grad[:, ~band].abs().sum() == 0

@@ -183,6 +183,11 @@ def patch_model(model, constant_matrices=None, static_heads=None, mix_all_heads=
         band = module.papa_band(seq_len)
         module.papa_lower_triangular = bool(family.causal)  # the constant heads' product skips the zero triangle
         module.register_buffer("papa_band_mask", None if band is None else band.to(reference.device), persistent=False)
+        if band is not None and module.constant_matrices is not None:
+            # the band folded into the stored constants once (and again after every state-dict load): a forward
+            # reads them as they are, with no (S, T, T) product per call that autograd would keep per layer
+            fold_band(module)
+            module.register_load_state_dict_post_hook(_fold_band_after_load)
         if reorder:
             module.papa_reorder_heads(output_projections[index])
         else:
@@ -198,6 +203,17 @@ def patch_model(model, constant_matrices=None, static_heads=None, mix_all_heads=
         "head_layout": HEAD_LAYOUT if reorder else "stock",
     }
     return model
+
+
+def fold_band(module):
+    """Zero a patched layer's stored constants outside its band (where it may attend), in place."""
+    with torch.no_grad():
+        module.constant_matrices.mul_(module.papa_band_mask.to(module.constant_matrices.dtype))
+
+
+def _fold_band_after_load(module, incompatible_keys):
+    if module.constant_matrices is not None and module.papa_band_mask is not None:
+        fold_band(module)
 
 
 def _layer_replacements(replacements, layer, heads, reference):
