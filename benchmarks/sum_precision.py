@@ -28,9 +28,10 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 class Both(AttentionAverager):
     """Float32 lower triangles, and a float64 copy of the same sums beside them."""
 
-    def __init__(self, *args, **kwargs):
-        super().__init__(*args, lower_triangle=True, sum_dtype=torch.float32)
-        self.exact = AttentionAverager(*args, lower_triangle=True, sum_dtype=torch.float64)
+    def __init__(self, num_layers, num_heads, seq_len, device="cpu", head_dim=None, *rest):
+        shape = (num_layers, num_heads, seq_len, device, head_dim)
+        super().__init__(*shape, lower_triangle=True, sum_dtype=torch.float32)
+        self.exact = AttentionAverager(*shape, lower_triangle=True, sum_dtype=torch.float64)
 
     def add_batch(self, attention_mask):
         super().add_batch(attention_mask)
