@@ -17,6 +17,7 @@ from conftest import run_command, script
 from tiny_decoders import save_tiny_decoder
 
 from papa.cli import glue, glue_avgs, ner, ner_avgs
+from papa.method.attention import load_constant_matrices
 
 pytestmark = pytest.mark.slow
 
@@ -32,7 +33,7 @@ def three_commands(avgs_main, probe_main, model_dir, data, out, freeze_extract):
     """avgs → ranking → k = 7; the probing run with the freeze-extract probe or the model's own classifier."""
     avgs_main(argv(["--model_name_or_path", model_dir, *data, "--max_length", T, "--output_dir", out / "avgs",
                     "--use_papa_preprocess", "true", "--pad_to_max_length", "--max_train_samples", 48]))
-    avgs = torch.load(out / "avgs" / "avgs.pt", weights_only=True)
+    avgs = load_constant_matrices(out / "avgs").full()  # a decoder's: lower triangles on disk (layout 2)
     assert avgs.shape == (3, 4, T, T)  # query heads, not the 2 K/V heads
     assert (avgs.triu(1) == 0).all()  # causal: no attention to the future
     common = ["--model_name_or_path", model_dir, *data, "--do_train", "--do_eval", "--max_seq_length", T,
@@ -144,7 +145,7 @@ def test_grid_of_the_other_llama_like_families(tmp_path):
     assert {r["status"] for r in rows} == {"ok"}
     for name in names:
         pair = out / name / "repeat"
-        assert torch.load(pair / "avgs" / "avgs.pt", weights_only=True).shape == (3, 4, T, T), name
+        assert load_constant_matrices(pair / "avgs").shape == (3, 4, T, T), name
         for folder in ("k_0", "k_6", "uniform_k_6"):
             assert 0 <= json.loads((pair / folder / "eval_results.json").read_text())["eval_accuracy"] <= 1
         assert len(json.loads((pair / "k_6" / "config.json").read_text())["papa"]["static_heads"]) == 6

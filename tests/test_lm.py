@@ -19,6 +19,7 @@ from lm_fixtures import make_tokenizer, save_tiny_lm, write_text
 from papa.data import lm as lm_data
 from papa.runs.arguments import parse_training_args
 from papa.errors import PapaError
+from papa.method.attention import load_constant_matrices
 from papa.data.lm import group_texts, lm_blocks
 from papa.runs.predictions import block_digest
 from papa.runs.run import run_probing
@@ -271,7 +272,7 @@ def test_lm_runs_end_to_end(lm_folder, tmp_path):
     from papa.cli.glue_avgs import main as glue_avgs
 
     glue_avgs(glue_avgs_argv)
-    avgs = torch.load(tmp_path / "avgs" / "avgs.pt")
+    avgs = load_constant_matrices(tmp_path / "avgs").full()  # stored as lower triangles (layout 2)
     assert avgs.shape == (3, 4, T, T) and torch.equal(avgs, avgs.tril())  # query heads; causal
     assert torch.allclose(avgs.sum(-1), torch.ones(3, 4, T))
 
