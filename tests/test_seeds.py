@@ -197,7 +197,8 @@ def test_grid_summary_columns_and_headline_from_seeded_sweeps(tmp_path):
     write_summary(str(tmp_path), outcomes)
     rows = list(csv.DictReader(open(tmp_path / "summary.csv")))
     assert list(rows[0]) == ["model", "task", "status", "metric", "variant", "k", "fraction_constant", "score", "se",
-                             "rel_change", "ci_low", "ci_high", "eval_samples", "n_seeds", "error"]
+                             "rel_change", "ci_low", "ci_high", "diff_vs_papa", "diff_ci_low", "diff_ci_high",
+                             "eval_samples", "n_seeds", "error"]
     assert len(rows) == 2 * 2 * 3 and {r["n_seeds"] for r in rows} == {"2"}
     for row in rows:
         results = next(o.results for o in outcomes if o.task.name == row["task"])

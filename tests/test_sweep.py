@@ -257,7 +257,9 @@ def test_sweep_layout_and_results(tiny_sweep):
 
     md = (out / "results.md").read_text()
     assert "all-MiniLM-L6-v2" in md and "repeat" in md
-    assert len([line for line in md.splitlines() if line.startswith("|")]) == 4  # header, rule, 2 rows
+    first_table = md.split("## ")[0]  # the results table; the claims table follows under its heading
+    assert len([line for line in first_table.splitlines() if line.startswith("|")]) == 4  # header, rule, 2 rows
+    assert "## Claims" in md
     for name in ("results.png", "lambdas.png", "constant_matrices.png"):
         assert_valid_png(out / name)
     assert not list(out.rglob("*.tmp"))

@@ -168,8 +168,7 @@ def plot_constant_matrices(avgs, sorted_heads, path, title="constant matrices", 
     if isinstance(avgs, (str, os.PathLike)):
         from ..method.attention import load_constant_matrices
 
-        avgs = load_constant_matrices(avgs)
-    avgs = np.asarray(avgs, dtype=float)
+        avgs = load_constant_matrices(avgs)  # a decoder's: read a head at a time (papa.method.layouts)
     if isinstance(sorted_heads, (str, os.PathLike)):
         sorted_heads = load_json(sorted_heads, "pass the sorted_heads.json a ranking run wrote")
     chosen = [tuple(h) for h in sorted_heads[:count]]
@@ -180,7 +179,9 @@ def plot_constant_matrices(avgs, sorted_heads, path, title="constant matrices", 
     fig = Figure(figsize=(4.4 * cols, 3.9 * rows + 0.5))
     for i, (layer, head) in enumerate(chosen):
         ax = fig.add_subplot(rows, cols, i + 1)
-        image = ax.imshow(avgs[layer, head], cmap="magma", interpolation="nearest")
+        matrix = avgs[layer, head]  # (T, T): one head, never the whole [L, H, T, T] in float64
+        image = ax.imshow(np.asarray(matrix.float() if hasattr(matrix, "float") else matrix, dtype=float),
+                          cmap="magma", interpolation="nearest")
         fig.colorbar(image, ax=ax, fraction=0.046, pad=0.04)
         ax.set_title(f"layer {layer}, head {head} (rank {i + 1})", fontsize=9)
         ax.set_xlabel("key position")
