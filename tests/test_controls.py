@@ -322,3 +322,17 @@ def test_a_stage_with_the_tokenised_cache_equals_one_without(script_runs):
     for key in with_cache:
         if not key.endswith(("runtime", "per_second")):
             assert with_cache[key] == without[key], key
+
+
+def test_the_probe_flag_picks_the_models_own_head(tmp_path):
+    """--probe model_head: every training stage runs without the freeze-extract pooler (a decoder's last-token
+    classifier, docs/smollm2.md); the default keeps the original's probe, so existing sweeps stay up to date."""
+    _, default = plan_and_stages(tmp_path / "a")
+    _, own = plan_and_stages(tmp_path / "b", "--probe", "model_head", "--controls", "zero_output")
+    for name in ("sort", "k_36", "zero_k_36"):
+        assert flag(own[name], "--use_freeze_extract_pooler") == "false"
+        model_args, _, _ = parse_training_args(own[name].args)
+        assert not model_args.use_freeze_extract_pooler
+    assert flag(default["k_36"], "--use_freeze_extract_pooler") == "true"
+    with pytest.raises(PapaError):
+        parse_sweep_args(["--probe", "cls"])

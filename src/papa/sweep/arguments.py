@@ -62,6 +62,11 @@ class SweepArguments:
     rank_per_seed: bool = field(default=False, metadata={
         "help": "With --seeds: a ranking run per seed (sort_seed_<s>/), each seed probed with its own ranking. "
                 "Default: one ranking run, with the first seed."})
+    probe: str = field(default="freeze_extract", metadata={
+        "choices": ("freeze_extract", "model_head"), "help": "The probe of a sequence or token task: freeze_extract "
+        "(the original's: every layer's hidden states pooled over the positions) or model_head (the model's own "
+        "classification head: BERT's [CLS] pooler, a decoder's last real token). A decoder with massive activations "
+        "at its first position (SmolLM2) saturates freeze_extract: use model_head there (docs/smollm2.md)."})
     bootstrap_samples: int = field(default=1000, metadata={
         "help": "Resamples of the paired bootstrap behind each change's 95 percent interval (seeded: the same "
                 "predictions give the same results.csv)."})

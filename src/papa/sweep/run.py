@@ -177,7 +177,9 @@ def make_stages(plan, args, passthrough):
                 "--output_dir", out, "--overwrite_output_dir",  # the stage's log.txt is already there
                 "--num_train_epochs", repr(epochs), "--learning_rate", repr(plan.learning_rate),
                 "--lr_scheduler_type", "constant", "--evaluation_strategy", plan.evaluation_strategy,
-                "--save_strategy", "no", *([] if lm else ["--use_papa_preprocess", "--use_freeze_extract_pooler", "true"]),
+                "--save_strategy", "no",
+                *([] if lm else ["--use_papa_preprocess", "--use_freeze_extract_pooler",
+                                 "true" if args.probe == "freeze_extract" else "false"]),
                 "--static_heads_dir", static_dir, "--save_total_limit", "0", "--seed", str(seed),
                 *limits, *mode, *passthrough]
 
@@ -247,7 +249,7 @@ def save_sweep_json(plan, args, passthrough):
                "max_seq_length": plan.max_seq_length, "num_train_epochs": plan.num_train_epochs,
                "sort_num_train_epochs": plan.sort_num_train_epochs, "learning_rate": plan.learning_rate,
                "per_device_train_batch_size": plan.per_device_train_batch_size, "seed": args.seed,
-               "controls": list(plan.controls), "extra_args": passthrough,
+               "controls": list(plan.controls), "probe": args.probe, "extra_args": passthrough,
                **({} if plan.seeds is None else {"seeds": list(plan.seeds), "rank_per_seed": plan.rank_per_seed})},
               os.path.join(plan.output_dir, "sweep.json"), indent=2)
 
