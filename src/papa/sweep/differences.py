@@ -97,7 +97,7 @@ def grid_differences_markdown(by_model, half_k, labels):
     for model, outcomes in by_model.items():
         done = [o for o in outcomes if o.results is not None]
         for control in dict.fromkeys(c for o in done for c in o.controls):
-            stats_by_k = {"half": [], "all": []}
+            stats_by_k, points_by_k = {"half": [], "all": []}, {"half": [], "all": []}
             for o in done:
                 if control not in o.controls:
                     continue
@@ -110,12 +110,15 @@ def grid_differences_markdown(by_model, half_k, labels):
                     cells.append(change_text(value, low, high))
                     if not o.results.warning:  # a pair at chance stays out of the means, as in the changes'
                         stats_by_k[which].append((o.results.distributions or {}).get((column, k)))
+                        if value is not None:
+                            points_by_k[which].append(value)
                     if distinguishable(low, high) and value != 0:
                         found.append(f"{labels[control]} on {o.task.name} at {which} ({change_text(value, low, high)})")
                 lines.append(f"| {model} | {labels[control]} | {o.task.name} | {cells[0]} | {cells[1]} |")
             means = []
             for which in ("half", "all"):
-                stats, point = stats_by_k[which], _point(done, control, which, half_k)
+                stats, points = stats_by_k[which], points_by_k[which]
+                point = sum(points) / len(points) if points else None
                 usable = stats and all(s is not None for s in stats) and len({len(s) for s in stats}) == 1
                 interval = percentile_interval(np.mean(stats, axis=0)) if usable else None
                 means.append(change_text(point, *(interval or (None, None))))
@@ -126,16 +129,3 @@ def grid_differences_markdown(by_model, half_k, labels):
                         "control does better), with the 95% interval of the paired bootstrap (the same draws). "
                         + headline, ""]
 
-
-def _point(outcomes, control, which, half_k):
-    """The mean across the tasks in the means of the control's difference from PAPA at ½ (`which` "half") or all."""
-    values = []
-    for o in outcomes:
-        if control not in o.controls or o.results.warning:
-            continue
-        k = half_k(o.total_heads) if which == "half" else o.total_heads
-        row = next((r for r in o.results.rows if r["k"] == k), {})
-        value = row.get(difference_column(control, f"eval_{o.metric}"))
-        if value is not None:
-            values.append(value)
-    return sum(values) / len(values) if values else None
