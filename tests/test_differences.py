@@ -113,6 +113,9 @@ def row(k, change=None, low=None, high=None, diff=None, dlow=None, dhigh=None):
     ((-0.01, -0.03, 0.01), (-0.05, -0.08, -0.02), (-0.04, -0.06, -0.01), (HOLDS, HOLDS, HOLDS)),
     ((-0.20, -0.25, -0.15), (-0.30, -0.35, -0.20), (0.03, 0.01, 0.05), (FAILS, FAILS, FAILS)),
     ((-0.04, -0.07, -0.01), (-0.09, -0.12, -0.06), (-0.01, -0.03, 0.02), (UNSURE, UNSURE, UNSURE)),
+    # on the lines: a 5% or 10% drop is still "little" / "modest"; a difference of exactly 0 beats nothing
+    ((-0.05, -0.05, -0.05), (-0.10, -0.10, -0.10), (0.0, 0.0, 0.0), (HOLDS, HOLDS, FAILS)),
+    ((0.0, 0.0, 0.0), (0.0, 0.0, 0.0), (-0.02, -0.04, 0.0), (HOLDS, HOLDS, UNSURE)),
 ])
 def test_claims_words(half, full, diff, words):
     rows = [row(0, 0.0, 0.0, 0.0), row(4, *half, *diff), row(8, *full)]

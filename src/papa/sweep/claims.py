@@ -34,26 +34,29 @@ def at_least(low, high, line):
     return HOLDS if low >= line else FAILS if high < line else UNSURE
 
 
+def below(low, high, line):
+    """The word for 'the value is below `line`' (strictly: a difference of exactly 0 does not beat anything)."""
+    if low is None or high is None:
+        return UNSURE
+    return HOLDS if high < line else FAILS if low >= line else UNSURE
+
+
 def claims(rows, metric_key, total_heads):
     """[(claim, k, estimate, low, high, word)] for one sweep's merged rows (results.csv) and main metric."""
     by_k = {row["k"]: row for row in rows}
     half, change, diff = half_k(total_heads), f"rel_change_{metric_key}", f"diff_random_order_{metric_key}"
 
-    def measured(k, column, line, flip=False):
+    def measured(k, column, line, word_for=at_least):
         row = by_k.get(k)
         if row is None or row.get(column) is None:
             return (k, None, None, None, NOT_RUN)
         value, low, high = row[column], row.get(f"{column}_ci_low"), row.get(f"{column}_ci_high")
-        if flip:  # "the difference is below 0" is "minus the difference is at least 0"
-            word = at_least(None if high is None else -high, None if low is None else -low, line)
-        else:
-            word = at_least(low, high, line)
-        return (k, value, low, high, word)
+        return (k, value, low, high, word_for(low, high, line))
 
     return [
         ("½ of the heads constant changes little (a drop of at most 5%)", *measured(half, change, -LITTLE)),
         ("all heads constant costs a modest drop (at most 10%)", *measured(total_heads, change, -MODEST)),
-        ("the ranking beats a random order (random order − PAPA < 0 at ½)", *measured(half, diff, 0.0, flip=True)),
+        ("the ranking beats a random order (random order − PAPA < 0 at ½)", *measured(half, diff, 0.0, below)),
     ]
 
 
