@@ -192,6 +192,32 @@ def test_constant_output_helper_matches_materialised_probabilities():
         assert_close(got, expected, rtol=1e-5, atol=1e-5)
 
 
+def test_nonnegative_constants_skip_the_abs_and_signed_ones_keep_it():
+    """A layer takes |C| = C only when its constants are ≥ 0 (every average is); a constant with negative entries
+    (trained ones may have them) still normalises by Σ|C|, against the materialised norm(C·P), and the layer's
+    cached check follows in-place changes of the parameter."""
+    g = torch.Generator().manual_seed(2)
+    constant = torch.rand(H, T, T, generator=g)
+    constant[1, 4] = 0
+    values = torch.randn(3, T, H, 8, generator=g)
+    valid = torch.ones(3, T)
+    valid[2, T - 4:] = 0
+    for m in [valid, None]:
+        expected = constant_attention_output(constant, values, m)
+        assert_close(constant_attention_output(constant, values, m, nonnegative=True), expected, rtol=1e-6, atol=1e-6)
+    model = papa.patch_model(tiny_model("bert", "sdpa"), random_constants(), static_heads=[[0, 1], [1, 2]]).eval()
+    ids, mask = padded_batch("bert")
+    attn = model.bert.encoder.layer[0].attention.self
+    assert not attn._constants_nonnegative()  # a trainable parameter under autograd: never assumed
+    with torch.no_grad():
+        assert attn._constants_nonnegative()
+        attn.constant_matrices.mul_(-1)  # signed constants: |C| must be taken again
+        assert not attn._constants_nonnegative()
+        fast = model(ids, attention_mask=mask).logits
+        slow = model(ids, attention_mask=mask, output_attentions=True).logits  # materialises norm(C·P) with |C|
+    assert_close(fast, slow, rtol=1e-5, atol=1e-5)
+
+
 def test_float64_constants_are_normalised_in_float64():
     """The sums and divisions run in float32 for lower precisions; float64 inputs (a reference's) stay float64."""
     g = torch.Generator().manual_seed(1)

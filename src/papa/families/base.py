@@ -182,6 +182,19 @@ class PapaAttention:
             constants = constants * self.papa_band_mask.to(constants.dtype)
         return constants_in(constants, dtype)
 
+    def _constants_nonnegative(self):
+        """Whether the constant matrices are known to be ≥ 0, so norm(·)'s |C| is C (`row_scale`): every average
+        of probabilities is. Checked once per change of the parameter (its storage and version counter), never
+        while it trains (the abs's gradient at 0 differs from the identity's) or while torch.compile traces."""
+        constants = self.constant_matrices
+        if constants is None or torch.compiler.is_compiling() or (constants.requires_grad and torch.is_grad_enabled()):
+            return False
+        stamp = (constants.data_ptr(), constants._version)
+        if getattr(self, "_papa_nonnegative_stamp", None) != stamp:
+            self._papa_nonnegative = bool(constants.min() >= 0) if constants.numel() else True
+            self._papa_nonnegative_stamp = stamp
+        return self._papa_nonnegative
+
     def _mix_weights(self, dtype):
         return torch.sigmoid(self.lambdas).to(dtype)  # (H,)
 
@@ -191,7 +204,8 @@ class PapaAttention:
             result = mean_output(self.mean_outputs.to(values.dtype), valid, values.shape[0])
             return result if out is None else out.copy_(result)
         return constant_attention_output(self._constants(values.dtype), values, valid, out=out,
-                                         lower_triangular=self.papa_lower_triangular)
+                                         lower_triangular=self.papa_lower_triangular,
+                                         nonnegative=self._constants_nonnegative())
 
     # ------------------------------------------------------------------ head layout
 
@@ -241,7 +255,8 @@ class PapaAttention:
         if self.mix_all_heads:
             dynamic = self.papa_dynamic_context(call, values)  # (B, T, H, d)
             constant = constant_attention_output(self._constants(values.dtype), values, valid,
-                                                 lower_triangular=self.papa_lower_triangular)
+                                                 lower_triangular=self.papa_lower_triangular,
+                                                 nonnegative=self._constants_nonnegative())
             weight = self._mix_weights(values.dtype)[:, None]  # (H, 1)
             return constant + weight * (dynamic - constant)  # σ(λ)·A + (1−σ(λ))·C: λ's gradient reduces A − C, no cancellation
         if not self.static_heads:
@@ -329,7 +344,7 @@ class PapaAttention:
                 parts.append(self._replaced_output(replaced, valid, out=target))
             else:
                 parts.append(dropped_constant_output(self._constants(values.dtype), mask[:, D:], scale, replaced,
-                                                     valid, out=target))
+                                                     valid, out=target, nonnegative=self._constants_nonnegative()))
         if context is not None:
             return context
         return parts[0] if len(parts) == 1 else torch.cat(parts, dim=2)  # (B, T, H, d)
