@@ -192,30 +192,53 @@ def test_constant_output_helper_matches_materialised_probabilities():
         assert_close(got, expected, rtol=1e-5, atol=1e-5)
 
 
-def test_nonnegative_constants_skip_the_abs_and_signed_ones_keep_it():
-    """A layer takes |C| = C only when its constants are ≥ 0 (every average is); a constant with negative entries
-    (trained ones may have them) still normalises by Σ|C|, against the materialised norm(C·P), and the layer's
-    cached check follows in-place changes of the parameter."""
+def test_known_facts_of_constants_give_the_same_output():
+    """`row_scale` may be told C ≥ 0 (|C| is C) and handed Σ_j |C_ij| when it is this call's Σ_j |C_ij| m_j: the
+    output is norm(C·P)·V either way."""
     g = torch.Generator().manual_seed(2)
-    constant = torch.rand(H, T, T, generator=g)
+    constant = torch.rand(H, T, T, generator=g).tril()  # a decoder's
     constant[1, 4] = 0
     values = torch.randn(3, T, H, 8, generator=g)
-    valid = torch.ones(3, T)
-    valid[2, T - 4:] = 0
-    for m in [valid, None]:
-        expected = constant_attention_output(constant, values, m)
-        assert_close(constant_attention_output(constant, values, m, nonnegative=True), expected, rtol=1e-6, atol=1e-6)
-    model = papa.patch_model(tiny_model("bert", "sdpa"), random_constants(), static_heads=[[0, 1], [1, 2]]).eval()
-    ids, mask = padded_batch("bert")
-    attn = model.bert.encoder.layer[0].attention.self
-    assert not attn._constants_nonnegative()  # a trainable parameter under autograd: never assumed
-    with torch.no_grad():
-        assert attn._constants_nonnegative()
-        attn.constant_matrices.mul_(-1)  # signed constants: |C| must be taken again
-        assert not attn._constants_nonnegative()
-        fast = model(ids, attention_mask=mask).logits
-        slow = model(ids, attention_mask=mask, output_attentions=True).logits  # materialises norm(C·P) with |C|
-    assert_close(fast, slow, rtol=1e-5, atol=1e-5)
+    right = torch.ones(3, T)
+    right[2, T - 4:] = 0  # right padding: every key j <= i of a real query i is real
+    for m in [right, None]:
+        expected = torch.matmul(normalized_constant(constant, m), values.transpose(1, 2)).transpose(1, 2)
+        got = constant_attention_output(constant, values, m, nonnegative=True, row_sums=constant.sum(-1))
+        assert_close(got, expected, rtol=1e-6, atol=1e-6)
+
+
+@pytest.mark.parametrize("family, padding", [("bert", "any"), ("llama", "right"), ("llama", "left")])
+def test_frozen_layers_cache_only_what_holds(family, padding):
+    """A frozen layer checks its constants' sign once per change of the parameter and reuses their row sums only
+    where they are the call's (no padding; a decoder with right padding); signed constants (trained ones may be)
+    still normalise by Σ|C|, against the materialised path (output_attentions), in every case."""
+    from tiny_decoders import right_padded_batch, tiny_decoder
+
+    if family == "bert":
+        model, (ids, mask) = tiny_model("bert", "sdpa"), padded_batch("bert")
+        layer = lambda m: m.bert.encoder.layer[0].attention.self  # noqa: E731
+    else:
+        model, (ids, mask) = tiny_decoder("llama", "sdpa"), right_padded_batch()
+        layer = lambda m: m.model.layers[0].self_attn  # noqa: E731
+        if padding == "left":
+            ids, mask = torch.stack([r.roll(int((m == 0).sum())) for r, m in zip(ids, mask)]), mask.flip(-1)
+    L_, H_, T_ = model.config.num_hidden_layers, model.config.num_attention_heads, ids.shape[1]
+    constants = torch.rand(L_, H_, T_, T_, generator=torch.Generator().manual_seed(3))
+    model = papa.patch_model(model, constants, static_heads=[[0, 1], [0, 2], [1, 0]]).eval()
+    attn = layer(model)
+    valid = mask.to(torch.float32)
+    assert attn._constant_facts(attn._constants(torch.float32), valid) == {}  # trainable, under autograd
+    for sign in (1, -1):
+        with torch.no_grad():
+            attn.constant_matrices.mul_(sign)  # -1: signed constants, the cached facts must follow
+            facts = attn._constant_facts(attn._constants(torch.float32), valid)
+            assert facts["nonnegative"] == (sign == 1)
+            assert (facts["row_sums"] is not None) == (family == "llama" and padding == "right")
+            assert attn._constant_facts(attn._constants(torch.float32), None)["row_sums"] is not None
+            fast = model(ids, attention_mask=mask).logits
+            slow = model(ids, attention_mask=mask, output_attentions=True).logits  # materialises norm(C·P)
+        real = mask.bool() if family == "llama" else slice(None)  # (left-padded rows' pad positions differ by path)
+        assert_close(fast[real], slow[real], rtol=1e-5, atol=1e-5)
 
 
 def test_float64_constants_are_normalised_in_float64():

@@ -56,7 +56,7 @@ from dataclasses import dataclass, field
 import torch
 
 from .constant_math import (constant_attention_output, constants_in, dropped_constant_output, in_place_ok,
-                             mean_output, normalize_rows, normalized_constant)
+                             mean_output, normalize_rows, normalized_constant, reduction_dtype)
 from ..errors import PapaError
 from .pruning import head_rows, input_dim, joint_linear
 
@@ -182,18 +182,33 @@ class PapaAttention:
             constants = constants * self.papa_band_mask.to(constants.dtype)
         return constants_in(constants, dtype)
 
-    def _constants_nonnegative(self):
-        """Whether the constant matrices are known to be ≥ 0, so norm(·)'s |C| is C (`row_scale`): every average
-        of probabilities is. Checked once per change of the parameter (its storage and version counter), never
-        while it trains (the abs's gradient at 0 differs from the identity's) or while torch.compile traces."""
+    def _frozen(self):
+        """Whether facts about the constant matrices may be cached (`_constant_facts`): not while they train, and not
+        while torch.compile traces (the checks read tensor values)."""
         constants = self.constant_matrices
-        if constants is None or torch.compiler.is_compiling() or (constants.requires_grad and torch.is_grad_enabled()):
-            return False
-        stamp = (constants.data_ptr(), constants._version)
-        if getattr(self, "_papa_nonnegative_stamp", None) != stamp:
-            self._papa_nonnegative = bool(constants.min() >= 0) if constants.numel() else True
-            self._papa_nonnegative_stamp = stamp
-        return self._papa_nonnegative
+        return not (constants is None or torch.compiler.is_compiling()
+                    or (constants.requires_grad and torch.is_grad_enabled()))
+
+    def _constant_facts(self, constants, valid):
+        """What `row_scale` may use of this call's `constants` (`_constants(dtype)`): dict(nonnegative=, row_sums=).
+
+        nonnegative: C ≥ 0 (every average of probabilities is), so norm(·)'s |C| is C. row_sums: Σ_j |C_ij| (S, T),
+        when it is this call's Σ_j |C_ij| m_j for every real query: without padding, or in a decoder (C zero above
+        the diagonal) whose padding is on the right. Both are computed once per change of the parameter (its
+        storage and version counter) and dtype, so a frozen model reads its constants once per call (the product),
+        not twice. Nothing is assumed while the constants train (the abs's gradient at 0 is not the identity's)."""
+        if not self._frozen():
+            return {}
+        parameter = self.constant_matrices
+        stamp = (parameter.data_ptr(), parameter._version, constants.dtype)
+        if getattr(self, "_papa_facts_stamp", None) != stamp:
+            nonnegative = bool(constants.min() >= 0) if constants.numel() else True
+            magnitude = constants if nonnegative else constants.abs()
+            self._papa_facts = (nonnegative, magnitude.sum(-1, dtype=reduction_dtype(constants.dtype)))
+            self._papa_facts_stamp = stamp
+        nonnegative, row_sums = self._papa_facts
+        whole_rows = valid is None or (self.papa_lower_triangular and bool((valid[:, 1:] <= valid[:, :-1]).all()))
+        return {"nonnegative": nonnegative, "row_sums": row_sums if whole_rows else None}
 
     def _mix_weights(self, dtype):
         return torch.sigmoid(self.lambdas).to(dtype)  # (H,)
@@ -203,9 +218,9 @@ class PapaAttention:
         if self.head_mode == "mean_output":
             result = mean_output(self.mean_outputs.to(values.dtype), valid, values.shape[0])
             return result if out is None else out.copy_(result)
-        return constant_attention_output(self._constants(values.dtype), values, valid, out=out,
-                                         lower_triangular=self.papa_lower_triangular,
-                                         nonnegative=self._constants_nonnegative())
+        constants = self._constants(values.dtype)
+        return constant_attention_output(constants, values, valid, out=out, lower_triangular=self.papa_lower_triangular,
+                                         **self._constant_facts(constants, valid))
 
     # ------------------------------------------------------------------ head layout
 
@@ -254,9 +269,9 @@ class PapaAttention:
         B, T, H, d = values.shape
         if self.mix_all_heads:
             dynamic = self.papa_dynamic_context(call, values)  # (B, T, H, d)
-            constant = constant_attention_output(self._constants(values.dtype), values, valid,
-                                                 lower_triangular=self.papa_lower_triangular,
-                                                 nonnegative=self._constants_nonnegative())
+            constants = self._constants(values.dtype)
+            constant = constant_attention_output(constants, values, valid, lower_triangular=self.papa_lower_triangular,
+                                                 **self._constant_facts(constants, valid))
             weight = self._mix_weights(values.dtype)[:, None]  # (H, 1)
             return constant + weight * (dynamic - constant)  # σ(λ)·A + (1−σ(λ))·C: λ's gradient reduces A − C, no cancellation
         if not self.static_heads:
@@ -343,8 +358,9 @@ class PapaAttention:
             if self.head_mode == "mean_output":
                 parts.append(self._replaced_output(replaced, valid, out=target))
             else:
-                parts.append(dropped_constant_output(self._constants(values.dtype), mask[:, D:], scale, replaced,
-                                                     valid, out=target, nonnegative=self._constants_nonnegative()))
+                constants = self._constants(values.dtype)
+                parts.append(dropped_constant_output(constants, mask[:, D:], scale, replaced, valid, out=target,
+                                                     **self._constant_facts(constants, valid)))
         if context is not None:
             return context
         return parts[0] if len(parts) == 1 else torch.cat(parts, dim=2)  # (B, T, H, d)
