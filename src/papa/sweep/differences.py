@@ -18,7 +18,7 @@ them in a table of their own, and summary.md means them across tasks the way it 
 
 import numpy as np
 
-from .intervals import change_text, percentile_interval
+from .intervals import change_text, mean_across_interval, percentile_interval
 
 DIFF_PREFIX = "diff_"
 
@@ -119,9 +119,7 @@ def grid_differences_markdown(by_model, half_k, labels):
             for which in ("half", "all"):
                 stats, points = stats_by_k[which], points_by_k[which]
                 point = sum(points) / len(points) if points else None
-                usable = stats and all(s is not None for s in stats) and len({len(s) for s in stats}) == 1
-                interval = percentile_interval(np.mean(stats, axis=0)) if usable else None
-                means.append(change_text(point, *(interval or (None, None))))
+                means.append(change_text(point, *(mean_across_interval(stats) or (None, None))))
             lines.append(f"| {model} | {labels[control]} | **mean across tasks** | {means[0]} | {means[1]} |")
     headline = ("Distinguishable from 0: " + "; ".join(found) + "." if found
                 else "No difference from PAPA is distinguishable from 0 at this budget.")

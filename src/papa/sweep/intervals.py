@@ -201,6 +201,14 @@ class PredictionStore:
         return self.cache[key]
 
 
+def mean_across_interval(stats):
+    """The interval of the mean of several tasks' statistics, resample by resample (their bootstrap draws are
+    independent across tasks): None unless every task has a distribution and all have the same number of resamples."""
+    if not stats or any(s is None for s in stats) or len({len(s) for s in stats}) > 1:
+        return None
+    return percentile_interval(np.mean(stats, axis=0))
+
+
 def change_distribution(store, folders, reference_folders, metric, samples):
     """The bootstrap statistics of the mean relative change of `metric` (an eval_results key): run `folders[i]`
     against `reference_folders[i]` (k = 0), one pair per seed; None when the metric has no recipe."""

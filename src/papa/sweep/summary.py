@@ -23,15 +23,13 @@ import math
 import os
 from dataclasses import dataclass
 
-import numpy as np
-
 from ..errors import first_line
 from ..io import save_text
 from .claims import claims, claims_markdown, half_k
 from .controls import CONTROLS
 from .differences import difference_column, grid_differences_markdown
 from .stability import stability_markdown, task_stability, write_stability
-from .intervals import change_text, percentile_interval
+from .intervals import change_text, mean_across_interval
 
 CSV_COLUMNS = ["model", "task", "status", "metric", "variant", "k", "fraction_constant", "score", "se",
                "rel_change", "ci_low", "ci_high", "diff_vs_papa", "diff_ci_low", "diff_ci_high", "eval_samples",
@@ -152,10 +150,7 @@ def mean_interval(outcomes, variant, k_of):
     """(low, high) of the mean change across the pairs in the means: the percentile interval of the mean of their
     bootstrap statistics, resample by resample (independent across tasks); None unless every pair has one."""
     found = _changes(outcomes, variant, k_of)
-    stats = [o.distribution(variant, k_of(o)) for o, _ in found]
-    if not stats or any(s is None for s in stats) or len({len(s) for s in stats}) > 1:
-        return None
-    return percentile_interval(np.mean(stats, axis=0))
+    return mean_across_interval([o.distribution(variant, k_of(o)) for o, _ in found])
 
 
 def _score(score, se=None):
