@@ -202,7 +202,7 @@ def report(results, command):
     lines = [f"# SmolLM2-135M at T = {results['seq_len']}, batch 1, CPU: peak RSS and time", "",
              f"`{command}`; {m['cpu']}, {m['logical_cpus']} logical CPUs, torch {m['torch']}, transformers "
              f"{m['transformers']}, Python {m['python']}, fp32; {m['date_utc']} UTC, load average at the start "
-             f"{', '.join(f'{x:.1f}' for x in m['load_average'])} (a shared machine: other jobs ran throughout).", "",
+             f"{', '.join(f'{x:.1f}' for x in m['load_average'])} (1, 5 and 15 minutes).", "",
              "| step | peak RSS (GB) | wall (s) | also |", "| --- | ---: | ---: | --- |"]
     for name, entry in steps_.items():
         also = ", ".join(f"{k} {entry[k]} GB" for k in ("avgs_gb", "folder_gb") if k in entry)
