@@ -29,6 +29,9 @@ def test_difference_and_its_interval_against_a_brute_force_paired_bootstrap(tmp_
     seeds = (1, 2, 3)
     plan, _ = fake_sweep(tmp_path, seeds, controls=("uniform", "random_order"), n=60)
     write_results(plan, "m")
+    legend = (tmp_path / "results.md").read_text().split("## Controls")[1]
+    assert "uniform: the replaced heads attend equally" in legend and "random order: the heads" in legend
+    assert "zero output" not in legend and "mean output" not in legend  # only the controls that ran
     rows = {int(r["k"]): r for r in csv.DictReader(open(tmp_path / "results.csv"))}
     correct = {name: accuracy_column(tmp_path / name) for name in
                [f"{p}k_{k}_seed_{s}" for p in ("", "uniform_", "random_") for k in (0, 4, 8) for s in seeds]

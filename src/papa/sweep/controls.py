@@ -43,15 +43,22 @@ class Control:
     prefix: str  # its stage folders: <prefix>_k_<k>
     label: str  # in tables and figures
     doing: str  # what its replaced heads do, for the stage's console line
+    legend: str  # what its column means, under the results' controls table
 
 
 CONTROLS = {c.name: c for c in (
-    Control("uniform", "uniform", "uniform", "attend uniformly"),
-    Control("random_order", "random", "random order", "taken in a random order"),
-    Control("mean_output", "mean", "mean output", "output their mean"),
-    Control("zero_output", "zero", "zero output", "output 0"),
-    Control("first_token", "first", "first token", "attend to the first token only"),
-    Control("trained_constant", "trained", "trained constant", "attend with trained constant matrices"),
+    Control("uniform", "uniform", "uniform", "attend uniformly",
+            "the replaced heads attend equally to every real token they may see (constant matrices of ones; a "
+            "decoder's inside its causal band)"),
+    Control("random_order", "random", "random order", "taken in a random order",
+            "the heads are taken in a seeded random order (random_order/), not the ranking"),
+    Control("mean_output", "mean", "mean output", "output their mean",
+            "the replaced heads output their training-set mean (avgs/mean_outputs.pt)"),
+    Control("zero_output", "zero", "zero output", "output 0", "the replaced heads output 0"),
+    Control("first_token", "first", "first token", "attend to the first token only",
+            "the replaced heads attend only to the first token"),
+    Control("trained_constant", "trained", "trained constant", "attend with trained constant matrices",
+            "the replaced heads' constant matrices train with the probe on the task's loss, from the averages"),
 )}
 assert tuple(CONTROLS) == SWEEP_CONTROLS
 

@@ -209,15 +209,9 @@ def controls_markdown(rows, task, controls):
         cells = [cell(row, metric, f"rel_change_{metric}")]
         cells += [cell(row, f"{c}_{metric}", f"rel_change_{c}_{metric}") for c in controls]
         lines.append(f"| {row['k']} | {row['fraction_constant']:.3f} | " + " | ".join(cells) + " |")
-    lines += ["", "uniform: the replaced heads attend equally to every real token they may see (constant matrices of "
-                  "ones; a decoder's inside its causal band); "
-                  "random order: the heads are taken in a seeded random order (random_order/), not the ranking; "
-                  "mean output: the replaced heads output their training-set mean (avgs/mean_outputs.pt); "
-                  "zero output: they output 0; first token: they attend only to the first token; "
-                  "trained constant: their constant matrices trained with the probe on the task's loss, from the "
-                  "averages. "
-                  "Every change is against the same k=0 run; k=0 (and, for random order, k = all heads) is "
-                  "PAPA's own run.", ""]
+    legend = " ".join(f"{CONTROLS[c].label}: {CONTROLS[c].legend};" for c in controls)
+    lines += ["", legend + " every change is against the same k=0 run; k=0 (and, for random order, k = all heads) "
+                  "is PAPA's own run.", ""]
     return "\n".join(lines)
 
 
