@@ -153,6 +153,10 @@ def test_grid_summary_differences_claims_and_stability_between_tasks(tmp_path):
                 assert row[f"diff{'_vs_papa' if not end else end}"] == expected[f"diff_random_order_eval_accuracy{end}"]
     md = (tmp_path / "summary.md").read_text()
     assert "## Differences from PAPA" in md and "**mean across tasks**" in md
+    for task in ("sst2", "qnli", "**mean across tasks**"):  # random order with all heads is PAPA's own run
+        assert f"| m | random order | {task} | " in md
+        assert any(line.startswith(f"| m | random order | {task} | ") and line.endswith("| (PAPA's run) |")
+                   for line in md.splitlines())
     assert "## Claims" in md and "| sst2 | the ranking beats a random order" in md
     assert "## Ranking stability between tasks" in md
     stability = list(csv.DictReader(open(tmp_path / "ranking_stability.csv")))

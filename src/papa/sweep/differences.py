@@ -18,7 +18,10 @@ them in a table of their own, and summary.md means them across tasks the way it 
 
 import numpy as np
 
+from .controls import shares_papa_run
 from .intervals import change_text, mean_across_interval, percentile_interval
+
+PAPAS_RUN = "(PAPA's run)"  # a control whose run at this k is PAPA's own: no difference to estimate
 
 DIFF_PREFIX = "diff_"
 
@@ -69,8 +72,8 @@ def differences_markdown(rows, metric_key, controls, labels, total_heads):
         for control in controls:
             column = difference_column(control, metric_key)
             value, low, high = row.get(column), row.get(f"{column}_ci_low"), row.get(f"{column}_ci_high")
-            if low == high == value == 0:
-                cells.append("(PAPA's run)")
+            if shares_papa_run(control, row["k"], total_heads):
+                cells.append(PAPAS_RUN)
                 continue
             cells.append(change_text(value, low, high))
             if distinguishable(low, high):
@@ -98,6 +101,7 @@ def grid_differences_markdown(by_model, half_k, labels):
         done = [o for o in outcomes if o.results is not None]
         for control in dict.fromkeys(c for o in done for c in o.controls):
             stats_by_k, points_by_k = {"half": [], "all": []}, {"half": [], "all": []}
+            same_run = {"half": False, "all": False}  # the control's run is PAPA's (random order, all heads)
             for o in done:
                 if control not in o.controls:
                     continue
@@ -105,6 +109,10 @@ def grid_differences_markdown(by_model, half_k, labels):
                 by_k = {r["k"]: r for r in o.results.rows}
                 cells = []
                 for which, k in (("half", half_k(o.total_heads)), ("all", o.total_heads)):
+                    if shares_papa_run(control, k, o.total_heads):
+                        same_run[which] = True
+                        cells.append(PAPAS_RUN)
+                        continue
                     row = by_k.get(k, {})
                     value, low, high = (row.get(f"{column}{end}") for end in ("", "_ci_low", "_ci_high"))
                     cells.append(change_text(value, low, high))
@@ -117,6 +125,9 @@ def grid_differences_markdown(by_model, half_k, labels):
                 lines.append(f"| {model} | {labels[control]} | {o.task.name} | {cells[0]} | {cells[1]} |")
             means = []
             for which in ("half", "all"):
+                if same_run[which]:
+                    means.append(PAPAS_RUN)
+                    continue
                 stats, points = stats_by_k[which], points_by_k[which]
                 point = sum(points) / len(points) if points else None
                 means.append(change_text(point, *(mean_across_interval(stats) or (None, None))))
