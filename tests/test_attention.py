@@ -193,8 +193,8 @@ def test_constant_output_helper_matches_materialised_probabilities():
 
 
 def test_known_facts_of_constants_give_the_same_output():
-    """`row_scale` may be told C ≥ 0 (|C| is C) and handed Σ_j |C_ij| when it is this call's Σ_j |C_ij| m_j: the
-    output is norm(C·P)·V either way."""
+    """`row_scale` may be told C ≥ 0 (|C| is C) and handed 1 / Σ_j |C_ij| when Σ_j |C_ij| is this call's
+    Σ_j |C_ij| m_j: the output is norm(C·P)·V either way."""
     g = torch.Generator().manual_seed(2)
     constant = torch.rand(H, T, T, generator=g).tril()  # a decoder's
     constant[1, 4] = 0
@@ -203,7 +203,9 @@ def test_known_facts_of_constants_give_the_same_output():
     right[2, T - 4:] = 0  # right padding: every key j <= i of a real query i is real
     for m in [right, None]:
         expected = torch.matmul(normalized_constant(constant, m), values.transpose(1, 2)).transpose(1, 2)
-        got = constant_attention_output(constant, values, m, nonnegative=True, row_sums=constant.sum(-1))
+        sums = constant.sum(-1, keepdim=True)
+        inverse = torch.where(sums > 0, 1 / sums, torch.zeros(()))  # an all-zero row stays zero
+        got = constant_attention_output(constant, values, m, nonnegative=True, inverse_rows=inverse)
         assert_close(got, expected, rtol=1e-6, atol=1e-6)
 
 
@@ -233,12 +235,31 @@ def test_frozen_layers_cache_only_what_holds(family, padding):
             attn.constant_matrices.mul_(sign)  # -1: signed constants, the cached facts must follow
             facts = attn._constant_facts(attn._constants(torch.float32), valid)
             assert facts["nonnegative"] == (sign == 1)
-            assert (facts["row_sums"] is not None) == (family == "llama" and padding == "right")
-            assert attn._constant_facts(attn._constants(torch.float32), None)["row_sums"] is not None
+            assert (facts["inverse_rows"] is not None) == (family == "llama" and padding == "right")
+            assert attn._constant_facts(attn._constants(torch.float32), None)["inverse_rows"] is not None
             fast = model(ids, attention_mask=mask).logits
             slow = model(ids, attention_mask=mask, output_attentions=True).logits  # materialises norm(C·P)
         real = mask.bool() if family == "llama" else slice(None)  # (left-padded rows' pad positions differ by path)
         assert_close(fast[real], slow[real], rtol=1e-5, atol=1e-5)
+
+
+def test_validity_is_computed_once_per_mask_and_follows_in_place_changes():
+    """The layers of a forward share the (B, T) validity kept on their mask; a mask changed in place between calls
+    (its version counter moves) gives the output of a fresh mask with the same values."""
+    from tiny_decoders import right_padded_batch, tiny_decoder
+
+    model = tiny_decoder("llama", "sdpa")
+    L_, H_ = model.config.num_hidden_layers, model.config.num_attention_heads
+    ids, mask = right_padded_batch()
+    constants = torch.rand(L_, H_, ids.shape[1], ids.shape[1], generator=torch.Generator().manual_seed(4))
+    model = papa.patch_model(model, constants, static_heads=[[0, 1], [1, 2], [2, 0]]).eval()
+    with torch.no_grad():
+        model(ids, attention_mask=mask)
+        mask[0, -2:] = 0  # in place: the cached validity must not be reused
+        ids[0, -2:] = 0
+        again = model(ids, attention_mask=mask).logits
+        fresh = model(ids.clone(), attention_mask=mask.clone()).logits
+    assert torch.equal(again, fresh)
 
 
 def test_float64_constants_are_normalised_in_float64():

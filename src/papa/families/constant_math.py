@@ -81,22 +81,29 @@ def normalized_constant(constant, valid):
     return l1_normalize(constant.unsqueeze(0) * padding_pattern(valid).to(constant.dtype))
 
 
-def row_scale(constant, valid, nonnegative=False, row_sums=None):
+def inverse_row_sums(constant, nonnegative=False):
+    """1 / max(Σ_j |C_ij|, eps) in float32 (float64 for float64), 0 on all-zero rows: (H, T, 1). `row_scale`
+    without padding, kept by a frozen layer (`PapaAttention._constant_facts`) to serve every call."""
+    magnitude = constant if nonnegative else constant.abs()
+    return 1 / row_divisor(magnitude.sum(-1, dtype=reduction_dtype(constant.dtype)))[:, :, None]
+
+
+def row_scale(constant, valid, nonnegative=False, inverse_rows=None):
     """m_i / max(Σ_j |C_ij| m_j, eps) in float32 (float64 for float64 constants): (H, T, B), or (H, T, 1) without
     padding (valid None).
 
     The factor that turns the rows of C·P into those of norm(C·P); 0 on padded and all-zero rows. nonnegative:
     the caller knows C ≥ 0 (every average of probabilities is), so |C| is C and its (H, T, T) copy is skipped.
-    row_sums: Σ_j |C_ij| (H, T), given when it equals Σ_j |C_ij| m_j for every real query i (no padding, or a
-    decoder's lower-triangular C with right padding: every key j ≤ i of a real query is real), so no pass over C.
+    inverse_rows: `inverse_row_sums(C)`, given when Σ_j |C_ij| equals Σ_j |C_ij| m_j for every real query i (no
+    padding, or a decoder's lower-triangular C with right padding: every key j ≤ i of a real query is real), so
+    no pass over C.
     """
-    dtype = reduction_dtype(constant.dtype)
-    if row_sums is not None:
-        inverse = 1 / row_divisor(row_sums)[:, :, None]  # (H, T, 1)
-        return inverse if valid is None else inverse * valid.t().to(inverse.dtype)  # (H, T, B)
-    magnitude = constant if nonnegative else constant.abs()
+    if inverse_rows is not None:
+        return inverse_rows if valid is None else inverse_rows * valid.t().to(inverse_rows.dtype)  # (H, T, B)
     if valid is None:
-        return 1 / row_divisor(magnitude.sum(-1, dtype=dtype))[:, :, None]  # (H, T, 1)
+        return inverse_row_sums(constant, nonnegative)  # (H, T, 1)
+    dtype = reduction_dtype(constant.dtype)
+    magnitude = constant if nonnegative else constant.abs()
     valid_t = valid.t().to(dtype)  # (T, B)
     return valid_t / row_divisor(torch.matmul(magnitude.to(dtype), valid_t))  # (H, T, B)
 
@@ -121,7 +128,7 @@ def lower_triangular_bmm(a, b, block=None):
 
 
 def constant_attention_output(constant, values, valid, out=None, lower_triangular=False, nonnegative=False,
-                              row_sums=None):
+                              inverse_rows=None):
     """norm(C·P) · V without materialising (B, H, T, T).
 
     constant: (H, T, T); values: (B, T, H, d); valid: (B, T) or None → (B, T, H, d).
@@ -131,10 +138,10 @@ def constant_attention_output(constant, values, valid, out=None, lower_triangula
     saves two copies of V per layer on CPU; `out`, if given, is a (B, T, H, d) view to fill.
     The matmul runs in the values' dtype; the row sums, their reciprocals and the scaling in float32
     (`reduction_dtype`). lower_triangular: `constant` is zero above the diagonal (a decoder's), and the product
-    skips that triangle (`lower_triangular_bmm`). nonnegative, row_sums: what the caller knows of C (`row_scale`)."""
+    skips that triangle (`lower_triangular_bmm`). nonnegative, inverse_rows: what the caller knows of C (`row_scale`)."""
     B, T, H, d = values.shape
     product = lower_triangular_bmm if lower_triangular else torch.bmm
-    scale = row_scale(constant, valid, nonnegative, row_sums)  # (H, T, B) or (H, T, 1)
+    scale = row_scale(constant, valid, nonnegative, inverse_rows)  # (H, T, B) or (H, T, 1)
     valid_t = None if valid is None else valid.t()  # (T, B)
     if not in_place_ok(values, constant):
         masked = values if valid is None else values * valid[:, :, None, None].to(values.dtype)
@@ -166,7 +173,7 @@ def mean_output(means, valid, batch_size):
     return out if valid is None else out * valid[:, :, None, None].to(out.dtype)
 
 
-def dropped_constant_output(constant, mask, scale, values, valid, out=None, nonnegative=False, row_sums=None):
+def dropped_constant_output(constant, mask, scale, values, valid, out=None, nonnegative=False, inverse_rows=None):
     """(keep ⊙ norm(C·P)) · V, attention dropout on constant heads, without materialising norm(C·P).
 
     constant: (H, T, T); mask: (B, H, T, T) dropout mask of 0/1; scale: 1/(1−p), so keep = mask · scale (0-dim);
@@ -176,10 +183,10 @@ def dropped_constant_output(constant, mask, scale, values, valid, out=None, nonn
     joins the (H, T, B) row factors. Without autograd the product is written into `mask`, which the caller drew
     for this call, and V·m and the scaled rows straight into the layouts the matmul and the caller want (out=, as
     in `constant_attention_output`): no (B, T, H, d) pass beyond the stock attention's. `out`, if given, is a
-    (B, T, H, d) view to fill. nonnegative, row_sums: what the caller knows of C (`row_scale`).
+    (B, T, H, d) view to fill. nonnegative, inverse_rows: what the caller knows of C (`row_scale`).
     """
     B, T, H, d = values.shape
-    rows = (row_scale(constant, valid, nonnegative, row_sums) * scale).permute(2, 0, 1).unsqueeze(-1)  # (B, H, T, 1) or (1, H, T, 1)
+    rows = (row_scale(constant, valid, nonnegative, inverse_rows) * scale).permute(2, 0, 1).unsqueeze(-1)  # (B, H, T, 1) or (1, H, T, 1)
     if not in_place_ok(mask, constant, values):
         masked = values if valid is None else values * valid[:, :, None, None].to(values.dtype)
         numerator = torch.matmul(mask * constant, masked.transpose(1, 2))  # (B, H, T, d)
