@@ -15,7 +15,9 @@ import copy
 import datetime
 import os
 import platform
+import statistics
 import sys
+import time
 
 import torch
 from torch.profiler import ProfilerActivity, profile
@@ -43,8 +45,16 @@ def parse_args():
 
 
 def per_operator_ms(prof, rounds):
-    """{operator: self CPU ms per forward}."""
-    return {e.key: e.self_cpu_time_total / 1000 / rounds for e in prof.key_averages()}
+    """{operator: self CPU ms per forward}, and operator calls per forward."""
+    events = prof.key_averages()
+    return {e.key: e.self_cpu_time_total / 1000 / rounds for e in events}, sum(e.count for e in events) / rounds
+
+
+def wall_ms(model, inputs):
+    start = time.perf_counter()
+    with torch.inference_mode():
+        model(**inputs)
+    return (time.perf_counter() - start) * 1000
 
 
 def main():
@@ -64,16 +74,20 @@ def main():
     inputs = inference_inputs(config, args.batch_size, T, "cpu")
     models = {"stock": stock, "patched": patched}
     times = collections.defaultdict(lambda: collections.defaultdict(float))
+    calls, walls = collections.defaultdict(float), collections.defaultdict(list)
     for model in models.values():  # warm-up
-        with torch.inference_mode():
-            model(**inputs)
+        wall_ms(model, inputs)
     for _ in range(args.rounds):
         for name, model in models.items():
+            walls[name].append(wall_ms(model, inputs))  # without the profiler's own overhead
             with torch.inference_mode(), profile(activities=[ProfilerActivity.CPU]) as prof:
                 model(**inputs)
-            for op, ms in per_operator_ms(prof, args.rounds).items():
+            per_op, count = per_operator_ms(prof, args.rounds)
+            calls[name] += count
+            for op, ms in per_op.items():
                 times[name][op] += ms
     total = {name: sum(ops.values()) for name, ops in times.items()}
+    wall = {name: statistics.median(w) for name, w in walls.items()}
     ops = sorted(set(times["stock"]) | set(times["patched"]),
                  key=lambda op: -abs(times["patched"][op] - times["stock"][op]))
     lines = [f"# Operator self times: stock vs {k} of {L * H} heads constant",
@@ -85,8 +99,15 @@ def main():
              f"quarter of each row padded, fp32, inference_mode; {args.rounds} profiled forwards of each, "
              "interleaved; ms per forward (sum of operator self times).",
              "",
-             f"Total: stock {total['stock']:.1f} ms, patched {total['patched']:.1f} ms "
-             f"(stock / patched = {total['stock'] / total['patched']:.3f}).",
+             "| per forward | stock | patched | stock / patched |",
+             "| --- | ---: | ---: | ---: |",
+             f"| operator self time (ms) | {total['stock']:.1f} | {total['patched']:.1f} | "
+             f"{total['stock'] / total['patched']:.3f} |",
+             f"| wall time without the profiler, median (ms) | {wall['stock']:.1f} | {wall['patched']:.1f} | "
+             f"{wall['stock'] / wall['patched']:.3f} |",
+             f"| operator calls | {calls['stock']:.0f} | {calls['patched']:.0f} | {calls['stock'] / calls['patched']:.3f} |",
+             "",
+             "Per operator, largest difference first:",
              "",
              "| operator | stock ms | patched ms | patched − stock |",
              "| --- | ---: | ---: | ---: |"]
