@@ -55,8 +55,9 @@ from dataclasses import dataclass, field
 
 import torch
 
+from .call_cache import constant_facts, shared_validity
 from .constant_math import (constant_attention_output, constants_in, dropped_constant_output, in_place_ok,
-                             inverse_row_sums, mean_output, normalize_rows, normalized_constant)
+                             mean_output, normalize_rows, normalized_constant)
 from ..errors import PapaError
 from .pruning import head_rows, input_dim, joint_linear
 
@@ -114,16 +115,6 @@ def additive_mask(attention_mask, dtype):
     )
 
 
-def right_padded(valid):
-    """Whether every row of a (B, T) validity is real tokens then padding (never real after padded); kept on the
-    tensor, which `PapaAttention._validity` shares between the layers of a forward."""
-    known = getattr(valid, "_papa_right_padded", None)
-    if known is None:
-        known = bool((valid[:, 1:] <= valid[:, :-1]).all())
-        valid._papa_right_padded = known
-    return known
-
-
 class PapaAttention:
     """Mixin: the PAPA forward. Attributes set by `patch_model`:
 
@@ -168,20 +159,8 @@ class PapaAttention:
     # ------------------------------------------------------------------ helpers
 
     def _validity(self, call):
-        """`papa_validity(call)`, computed once per mask: the layers of a forward receive the same mask tensor, so
-        the first layer with replaced heads keeps its (B, T) validity on the mask for the others (two dozen small
-        operators fewer per layer, which at short T weigh as much as the FLOPs the constant heads save). Keyed by
-        the family, dtype, shape and the mask's version counter; not while torch.compile traces."""
-        mask = call.attention_mask
-        if not isinstance(mask, torch.Tensor) or torch.compiler.is_compiling():
-            return self.papa_validity(call)
-        version = None if mask.is_inference() else mask._version  # inference tensors keep no version counter
-        key = (type(self).papa_validity, call.hidden_states.dtype, tuple(call.hidden_states.shape[:2]), version)
-        cached = getattr(mask, "_papa_validity", None)
-        if cached is None or cached[0] != key:
-            cached = (key, self.papa_validity(call))
-            mask._papa_validity = cached
-        return cached[1]
+        return shared_validity(call.attention_mask, call.hidden_states, lambda: self.papa_validity(call),
+                               type(self).papa_validity)
 
     @property
     def _has_replacements(self):
@@ -208,32 +187,8 @@ class PapaAttention:
             constants = constants * self.papa_band_mask.to(constants.dtype)
         return constants_in(constants, dtype)
 
-    def _frozen(self):
-        """Whether facts about the constant matrices may be cached (`_constant_facts`): not while they train, and not
-        while torch.compile traces (the checks read tensor values)."""
-        constants = self.constant_matrices
-        return not (constants is None or torch.compiler.is_compiling()
-                    or (constants.requires_grad and torch.is_grad_enabled()))
-
     def _constant_facts(self, constants, valid):
-        """What `row_scale` may use of this call's `constants` (`_constants(dtype)`): dict(nonnegative=, inverse_rows=).
-
-        nonnegative: C ≥ 0 (every average of probabilities is), so norm(·)'s |C| is C. inverse_rows: 1 / Σ_j |C_ij|
-        (S, T, 1), when Σ_j |C_ij| is this call's Σ_j |C_ij| m_j for every real query: without padding, or in a
-        decoder (C zero above the diagonal) whose padding is on the right. Both are computed once per change of the parameter (its
-        storage and version counter) and dtype, so a frozen model reads its constants once per call (the product),
-        not twice. Nothing is assumed while the constants train (the abs's gradient at 0 is not the identity's)."""
-        if not self._frozen():
-            return {}
-        parameter = self.constant_matrices
-        stamp = (parameter.data_ptr(), parameter._version, constants.dtype)
-        if getattr(self, "_papa_facts_stamp", None) != stamp:
-            nonnegative = bool(constants.min() >= 0) if constants.numel() else True
-            self._papa_facts = (nonnegative, inverse_row_sums(constants, nonnegative))
-            self._papa_facts_stamp = stamp
-        nonnegative, inverse_rows = self._papa_facts
-        whole_rows = valid is None or (self.papa_lower_triangular and right_padded(valid))
-        return {"nonnegative": nonnegative, "inverse_rows": inverse_rows if whole_rows else None}
+        return constant_facts(self, constants, valid)
 
     def _mix_weights(self, dtype):
         return torch.sigmoid(self.lambdas).to(dtype)  # (H,)
