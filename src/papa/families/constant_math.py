@@ -83,7 +83,7 @@ def normalized_constant(constant, valid):
 
 def inverse_row_sums(constant, nonnegative=False):
     """1 / max(Σ_j |C_ij|, eps) in float32 (float64 for float64), 0 on all-zero rows: (H, T, 1). `row_scale`
-    without padding, kept by a frozen layer (`PapaAttention._constant_facts`) to serve every call."""
+    without padding, kept by a frozen layer (`call_cache.constant_facts`) to serve every call."""
     magnitude = constant if nonnegative else constant.abs()
     return 1 / row_divisor(magnitude.sum(-1, dtype=reduction_dtype(constant.dtype)))[:, :, None]
 
