@@ -1,5 +1,5 @@
 """Long contexts: a decoder's averages stored as lower triangles (layout 2) against the full matrices, old files,
-the distributed sums, float32 sums against float64 ones, and the constant heads' triangular product."""
+the distributed sums, float32 sums against float64 ones, and models patched from either."""
 
 import copy
 import os
@@ -12,7 +12,8 @@ from torch.testing import assert_close
 
 import papa
 from papa.errors import PapaError
-from papa.families import constant_math
+from papa.families import block_triangle
+from papa.families.block_triangle import pack_blocks
 from papa.method.averaging import AttentionAverager, accumulate_attention, shard
 from papa.method.layouts import PackedConstants, pack, packed_record, unpack
 from tiny_decoders import H, L, T, right_padded_batch, tiny_decoder
@@ -144,7 +145,7 @@ def test_distributed_lower_triangles_equal_one_process(tmp_path):
 
 @pytest.mark.parametrize("mix", [False, True])
 def test_a_model_patched_from_the_triangle_file_equals_one_from_the_full_tensor(tmp_path, monkeypatch, mix):
-    """Padding included; the triangular product on (blocks of 2 rows, so T = 12 takes it) and off."""
+    """Padding included; the patched layers holding full matrices, and strips of 2 rows (so T = 12 takes them)."""
     stock = tiny_decoder("llama", "eager")
     ids, mask = data()
     tri = accumulate_attention(stock, batches(ids, mask, 3), T)
@@ -152,30 +153,20 @@ def test_a_model_patched_from_the_triangle_file_equals_one_from_the_full_tensor(
     tri.save(tmp_path)
     static = None if mix else [[0, 1], [1, 0], [1, 3], [2, 2]]
     want_model = papa.patch_model(copy.deepcopy(stock), full, static_heads=static, mix_all_heads=mix)
+    flat_model = papa.patch_model(copy.deepcopy(stock), tmp_path, static_heads=static, mix_all_heads=mix)
+    monkeypatch.setattr(block_triangle, "BLOCK", 2)
     got_model = papa.patch_model(copy.deepcopy(stock), tmp_path, static_heads=static, mix_all_heads=mix)
+    heads = list(range(H)) if mix else [0, 3]
+    assert_close(papa.families.attention_modules(flat_model)[1].constant_matrices.data, full[1, heads])
     module = papa.families.attention_modules(got_model)[1]
-    assert module.papa_lower_triangular
-    assert_close(module.constant_matrices.data, full[1, list(range(H)) if mix else [0, 3]])
+    assert module.papa_lower_triangular and module.papa_block == 2
+    assert_close(module.constant_matrices.data, pack_blocks(full[1, heads], 2))
     with torch.no_grad():
         want = want_model(input_ids=ids, attention_mask=mask).logits
-        monkeypatch.setattr(constant_math, "TRIANGLE_BLOCK", 2)
         got = got_model(input_ids=ids, attention_mask=mask).logits
+        assert_close(flat_model(input_ids=ids, attention_mask=mask).logits, want)
     real = mask.bool()
     assert_close(got[real], want[real], rtol=1e-5, atol=1e-5)
-
-
-def test_lower_triangular_bmm_against_numpy():
-    g = torch.Generator().manual_seed(1)
-    a = torch.rand(3, 10, 10, generator=g).tril()
-    b = torch.randn(3, 10, 4, generator=g)
-    want = np.einsum("hij,hjn->hin", a.double().numpy(), b.double().numpy())
-    for block in (2, 3, 5, 100):
-        assert_close(constant_math.lower_triangular_bmm(a, b, block).double(), torch.from_numpy(want), rtol=1e-5,
-                     atol=1e-6)
-    a.requires_grad_(True)  # the autograd path (no writes into a buffer)
-    out = constant_math.lower_triangular_bmm(a, b, 3)
-    out.sum().backward()
-    assert_close(a.grad.tril(), (torch.ones(3, 10, 4) @ b.transpose(1, 2)).tril())
 
 
 def test_the_band_is_folded_into_the_stored_constants():

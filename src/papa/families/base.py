@@ -55,6 +55,7 @@ from dataclasses import dataclass, field
 
 import torch
 
+from .block_triangle import BlockTriangle, dense
 from .call_cache import constant_facts, shared_validity
 from .constant_math import (constant_attention_output, constants_in, dropped_constant_output, in_place_ok,
                              mean_output, normalize_rows, normalized_constant)
@@ -122,10 +123,13 @@ class PapaAttention:
     dynamic_heads  the others, whose Q/K remain
     head_mode      "constant" or "mean_output": what replaced heads do
     mix_all_heads  mix mode: every head is in dynamic_heads and has a constant matrix
-    constant_matrices  (S, T, T) parameter, one per replaced head (per head in mix mode), or None
+    constant_matrices  (S, T, T) parameter, one per replaced head (per head in mix mode), or None; a decoder's
+                   from T = 2·papa_block on: (S, N), the lower triangles' strips (papa/families/block_triangle.py)
+    papa_block     rows per strip of those strips, or None (full matrices)
+    papa_seq_len   T, the length the constants (or mean outputs) were made for
     mean_outputs   (S, T, d) parameter in mean_output mode, or None
     lambdas        (H,) parameter in mix mode, or None
-    papa_band_mask (T, T) where constant heads may attend, or None (no restriction)
+    papa_band_mask (T, T) where constant heads may attend (held as the constants are: (N,) beside strips), or None
     papa_return_probs  True while papa.method.averaging records the attention (returns probabilities
                    without asking HF to collect every layer's)
     papa_head_order    the heads' layout (module docstring); set by `papa_reorder_heads`
@@ -135,6 +139,8 @@ class PapaAttention:
     papa_head_order = None  # the stock heads in this layer's layout order; None: the stock order
     papa_layout_pending = False  # patched without reordering (a legacy folder being loaded)
     papa_lower_triangular = False  # a decoder's constants (causal band): zero above the diagonal
+    papa_block = None  # constants held as (S, N) block-row strips of their lower triangle, `papa_block` rows each
+    papa_seq_len = None
 
     def forward(self, *args, **kwargs):
         if self.papa_layout_pending:
@@ -167,10 +173,9 @@ class PapaAttention:
         return bool(self.static_heads) or self.mix_all_heads
 
     def _check_length(self, T):
-        stored = self.constant_matrices if self.constant_matrices is not None else self.mean_outputs
-        if stored is None:
+        expected = self.papa_seq_len
+        if expected is None or not self._has_replacements:
             return
-        expected = stored.shape[1]
         if expected != T:
             raise PapaError(
                 f"the constant matrices are {expected}x{expected} but the input sequence length is {T}: "
@@ -179,12 +184,14 @@ class PapaAttention:
             )
 
     def _constants(self, dtype):
-        """The constant matrices in `dtype`, restricted to where the layer may attend: `patch_model` zeroes them
+        """The constant matrices in `dtype` (a `BlockTriangle` where the layer holds strips), restricted to where the layer may attend: `patch_model` zeroes them
         outside the band once (and after every state-dict load); while they train, the band is applied per call
         too, so their gradient stays inside it."""
         constants = self.constant_matrices
         if self.papa_band_mask is not None and constants.requires_grad and torch.is_grad_enabled():
             constants = constants * self.papa_band_mask.to(constants.dtype)
+        if self.papa_block is not None:
+            constants = BlockTriangle(constants, self.papa_seq_len, self.papa_block)
         return constants_in(constants, dtype)
 
     def _constant_facts(self, constants, valid):
@@ -199,8 +206,7 @@ class PapaAttention:
             result = mean_output(self.mean_outputs.to(values.dtype), valid, values.shape[0])
             return result if out is None else out.copy_(result)
         constants = self._constants(values.dtype)
-        return constant_attention_output(constants, values, valid, out=out, lower_triangular=self.papa_lower_triangular,
-                                         **self._constant_facts(constants, valid))
+        return constant_attention_output(constants, values, valid, out=out, **self._constant_facts(constants, valid))
 
     # ------------------------------------------------------------------ head layout
 
@@ -250,8 +256,7 @@ class PapaAttention:
         if self.mix_all_heads:
             dynamic = self.papa_dynamic_context(call, values)  # (B, T, H, d)
             constants = self._constants(values.dtype)
-            constant = constant_attention_output(constants, values, valid, lower_triangular=self.papa_lower_triangular,
-                                                 **self._constant_facts(constants, valid))
+            constant = constant_attention_output(constants, values, valid, **self._constant_facts(constants, valid))
             weight = self._mix_weights(values.dtype)[:, None]  # (H, 1)
             return constant + weight * (dynamic - constant)  # σ(λ)·A + (1−σ(λ))·C: λ's gradient reduces A − C, no cancellation
         if not self.static_heads:
@@ -299,7 +304,7 @@ class PapaAttention:
             probs = constant + weight * (probs - constant)  # as in the fast path
         elif self.static_heads:
             if self.head_mode == "constant":
-                probs[:, D:] = self._constants(probs.dtype)
+                probs[:, D:] = dense(self._constants(probs.dtype))
             probs = normalize_rows(probs, valid)  # mean-output heads keep all-zero rows: they do not attend
         if self.training and self.papa_dropout_p > 0:
             probs = probs * self._dropout_keep(probs, B, H, T)

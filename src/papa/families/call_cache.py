@@ -18,6 +18,7 @@ and version counter.
 
 import torch
 
+from .block_triangle import stored_values
 from .constant_math import inverse_row_sums
 
 
@@ -68,7 +69,8 @@ def constant_facts(layer, constants, valid):
     parameter = layer.constant_matrices
     stamp = (parameter.data_ptr(), parameter._version, constants.dtype)
     if getattr(layer, "_papa_facts_stamp", None) != stamp:
-        nonnegative = bool(constants.min() >= 0) if constants.numel() else True
+        values = stored_values(constants)
+        nonnegative = bool(values.min() >= 0) if values.numel() else True
         layer._papa_facts = (nonnegative, inverse_row_sums(constants, nonnegative))
         layer._papa_facts_stamp = stamp
     nonnegative, inverse_rows = layer._papa_facts

@@ -20,6 +20,8 @@ F.normalize keeps it (`row_divisor`).
 
 import torch
 
+from .block_triangle import BlockTriangle, dense, stored_values
+
 NORM_EPS = 1e-12  # F.normalize's eps, as in the original's mask_and_normalize
 
 
@@ -49,10 +51,13 @@ def row_divisor(row_sums):
 
 
 def constants_in(constant, dtype):
-    """(…, T, T) constants in `dtype`. For float16/bfloat16 each row is first scaled to unit sum in float32:
-    norm(C·P) does not change under row scaling, and so a row of tiny mass keeps its precision when rounded."""
+    """(…, T, T) constants (or a `BlockTriangle`) in `dtype`. For float16/bfloat16 each row is first scaled to unit
+    sum in float32: norm(C·P) does not change under row scaling, and so a row of tiny mass keeps its precision when
+    rounded."""
     if torch.finfo(dtype).bits >= 32:
-        return constant.to(dtype)
+        return constant.elementwise(lambda v: v.to(dtype)) if isinstance(constant, BlockTriangle) else constant.to(dtype)
+    if isinstance(constant, BlockTriangle):
+        return constant.map_rows(lambda strip: l1_normalize(strip.float()).to(dtype))
     return l1_normalize(constant.float()).to(dtype)
 
 
@@ -76,6 +81,7 @@ def normalize_rows(probs, valid):
 
 def normalized_constant(constant, valid):
     """norm(C·P): (H, T, T) constants → (B, H, T, T) probabilities ((1, H, T, T) without padding)."""
+    constant = dense(constant)
     if valid is None:
         return l1_normalize(constant).unsqueeze(0)
     return l1_normalize(constant.unsqueeze(0) * padding_pattern(valid).to(constant.dtype))
@@ -84,8 +90,12 @@ def normalized_constant(constant, valid):
 def inverse_row_sums(constant, nonnegative=False):
     """1 / max(Σ_j |C_ij|, eps) in float32 (float64 for float64), 0 on all-zero rows: (H, T, 1). `row_scale`
     without padding, kept by a frozen layer (`call_cache.constant_facts`) to serve every call."""
-    magnitude = constant if nonnegative else constant.abs()
-    return 1 / row_divisor(magnitude.sum(-1, dtype=reduction_dtype(constant.dtype)))[:, :, None]
+    dtype = reduction_dtype(constant.dtype)
+    if isinstance(constant, BlockTriangle):
+        sums = (constant if nonnegative else constant.elementwise(torch.abs)).row_sums(dtype)
+    else:
+        sums = (constant if nonnegative else constant.abs()).sum(-1, dtype=dtype)
+    return 1 / row_divisor(sums)[:, :, None]
 
 
 def row_scale(constant, valid, nonnegative=False, inverse_rows=None):
@@ -103,49 +113,39 @@ def row_scale(constant, valid, nonnegative=False, inverse_rows=None):
     if valid is None:
         return inverse_row_sums(constant, nonnegative)  # (H, T, 1)
     dtype = reduction_dtype(constant.dtype)
-    magnitude = constant if nonnegative else constant.abs()
     valid_t = valid.t().to(dtype)  # (T, B)
+    if isinstance(constant, BlockTriangle):
+        magnitude = constant.elementwise(lambda v: (v if nonnegative else v.abs()).to(dtype))
+        return valid_t / row_divisor(magnitude.matmul(valid_t[None]))  # (H, T, B)
+    magnitude = constant if nonnegative else constant.abs()
     return valid_t / row_divisor(torch.matmul(magnitude.to(dtype), valid_t))  # (H, T, B)
 
 
-TRIANGLE_BLOCK = 256  # rows per block of `lower_triangular_bmm`; shorter sequences run one full product
+def constant_product(constant, rhs):
+    """C @ rhs for (H, T, T) constants or a `BlockTriangle` (strip by strip, the zero triangle skipped) and
+    (H, T, N) rhs."""
+    if isinstance(constant, BlockTriangle):
+        return constant.matmul(rhs, in_place=in_place_ok(constant.values, rhs))
+    return torch.bmm(constant, rhs)
 
 
-def lower_triangular_bmm(a, b, block=None):
-    """a @ b for (H, T, T) `a` that is zero above the diagonal (a causal head's constants), (H, T, N) `b`: the
-    rows [s, e) of each block need a's columns < e and b's rows < e only, so n blocks do (n + 1) / 2n of the full
-    product's multiply-adds (56% at T = 2048). a @ b up to the order of the float sums (the zeros are skipped)."""
-    T, block = a.shape[-1], block or TRIANGLE_BLOCK
-    if T < 2 * block:
-        return torch.bmm(a, b)
-    starts = range(0, T, block)
-    if not in_place_ok(a, b):
-        return torch.cat([torch.bmm(a[:, s:s + block, :s + block], b[:, :s + block]) for s in starts], dim=1)
-    out = b.new_empty(a.shape[0], T, b.shape[-1])
-    for s in starts:  # (bmm's out= into these strided views measured slower than the copy)
-        out[:, s:s + block] = torch.bmm(a[:, s:s + block, :s + block], b[:, :s + block])
-    return out
-
-
-def constant_attention_output(constant, values, valid, out=None, lower_triangular=False, nonnegative=False,
-                              inverse_rows=None):
+def constant_attention_output(constant, values, valid, out=None, nonnegative=False, inverse_rows=None):
     """norm(C·P) · V without materialising (B, H, T, T).
 
-    constant: (H, T, T); values: (B, T, H, d); valid: (B, T) or None → (B, T, H, d).
+    constant: (H, T, T), or a decoder's `BlockTriangle`; values: (B, T, H, d); valid: (B, T) or None → (B, T, H, d).
     Row i of norm(C·P)·V is m_i · Σ_j C_ij m_j V_j / max(Σ_j |C_ij| m_j, eps), so one
     (H, T, T) @ (H, T, B·d) batched matmul serves the whole batch. Without autograd the masking
     and the scaling write straight into the layouts the matmul and the caller want (out=), which
     saves two copies of V per layer on CPU; `out`, if given, is a (B, T, H, d) view to fill.
     The matmul runs in the values' dtype; the row sums, their reciprocals and the scaling in float32
-    (`reduction_dtype`). lower_triangular: `constant` is zero above the diagonal (a decoder's), and the product
-    skips that triangle (`lower_triangular_bmm`). nonnegative, inverse_rows: what the caller knows of C (`row_scale`)."""
+    (`reduction_dtype`); a `BlockTriangle`'s product skips its zero triangle (`constant_product`). nonnegative,
+    inverse_rows: what the caller knows of C (`row_scale`)."""
     B, T, H, d = values.shape
-    product = lower_triangular_bmm if lower_triangular else torch.bmm
     scale = row_scale(constant, valid, nonnegative, inverse_rows)  # (H, T, B) or (H, T, 1)
     valid_t = None if valid is None else valid.t()  # (T, B)
-    if not in_place_ok(values, constant):
+    if not in_place_ok(values, stored_values(constant)):
         masked = values if valid is None else values * valid[:, :, None, None].to(values.dtype)
-        numerator = product(constant, masked.permute(2, 1, 0, 3).reshape(H, T, B * d)).view(H, T, B, d)
+        numerator = constant_product(constant, masked.permute(2, 1, 0, 3).reshape(H, T, B * d)).view(H, T, B, d)
         result = (numerator * scale.unsqueeze(-1)).to(values.dtype).permute(2, 1, 0, 3)
         if out is None:
             return result.contiguous()
@@ -156,7 +156,7 @@ def constant_attention_output(constant, values, valid, out=None, lower_triangula
         by_head.copy_(values.permute(2, 1, 0, 3))
     else:
         torch.mul(values.permute(2, 1, 0, 3), valid_t[None, :, :, None].to(values.dtype), out=by_head)
-    numerator = product(constant, by_head.view(H, T, B * d)).view(H, T, B, d)
+    numerator = constant_product(constant, by_head.view(H, T, B * d)).view(H, T, B, d)
     if out is None:
         out = values.new_empty(B, T, H, d)
     torch.mul(numerator, scale.unsqueeze(-1), out=out.permute(2, 1, 0, 3))  # float32 product, rounded once
@@ -186,6 +186,7 @@ def dropped_constant_output(constant, mask, scale, values, valid, out=None, nonn
     (B, T, H, d) view to fill. nonnegative, inverse_rows: what the caller knows of C (`row_scale`).
     """
     B, T, H, d = values.shape
+    constant = dense(constant)  # the dropout mask is (B, H, T, T) anyway
     rows = (row_scale(constant, valid, nonnegative, inverse_rows) * scale).permute(2, 0, 1).unsqueeze(-1)  # (B, H, T, 1) or (1, H, T, 1)
     if not in_place_ok(mask, constant, values):
         masked = values if valid is None else values * valid[:, :, None, None].to(values.dtype)

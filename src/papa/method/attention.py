@@ -20,6 +20,8 @@ import os
 import torch
 from torch import nn
 
+from ..families import block_triangle
+from ..families.block_triangle import pack_blocks
 from ..families.constant_math import constant_attention_output, normalized_constant  # noqa: F401  (public math)
 from ..families import PapaAttention, attention_modules, family_for
 from ..errors import PapaError
@@ -181,13 +183,16 @@ def patch_model(model, constant_matrices=None, static_heads=None, mix_all_heads=
         module.lambdas = (nn.Parameter(torch.zeros(num_heads, device=reference.device, dtype=lambda_dtype))
                           if mix_all_heads else None)
         band = module.papa_band(seq_len)
-        module.papa_lower_triangular = bool(family.causal)  # the constant heads' product skips the zero triangle
+        module.papa_seq_len = seq_len
+        module.papa_lower_triangular = bool(family.causal)  # zero above the diagonal: its strips hold it all
         module.register_buffer("papa_band_mask", None if band is None else band.to(reference.device), persistent=False)
         if band is not None and module.constant_matrices is not None:
             # the band folded into the stored constants once (and again after every state-dict load): a forward
             # reads them as they are, with no (S, T, T) product per call that autograd would keep per layer
             fold_band(module)
             module.register_load_state_dict_post_hook(_fold_band_after_load)
+        if family.causal and module.constant_matrices is not None and seq_len >= 2 * block_triangle.BLOCK:
+            hold_as_strips(module, block_triangle.BLOCK)
         if reorder:
             module.papa_reorder_heads(output_projections[index])
         else:
@@ -209,6 +214,26 @@ def fold_band(module):
     """Zero a patched layer's stored constants outside its band (where it may attend), in place."""
     with torch.no_grad():
         module.constant_matrices.mul_(module.papa_band_mask.to(module.constant_matrices.dtype))
+
+
+def hold_as_strips(module, block):
+    """Hold a causal layer's constants (and band) as the block-row strips of their lower triangles, (S, N) for
+    (S, T, T): (n + 1)/2n of the bytes for n blocks, and a product that skips the zero triangle
+    (papa/families/block_triangle.py). The state dict holds the strips; a (S, T, T) one (a folder saved before)
+    is packed as it loads."""
+    values = pack_blocks(module.constant_matrices.detach(), block)
+    module.constant_matrices = nn.Parameter(values, requires_grad=module.constant_matrices.requires_grad)
+    if module.papa_band_mask is not None:
+        module.papa_band_mask = pack_blocks(module.papa_band_mask[None], block)[0]  # (N,)
+    module.papa_block = block
+    module.register_load_state_dict_pre_hook(_pack_full_constants_on_load)
+
+
+def _pack_full_constants_on_load(module, state_dict, prefix, *args):
+    key = prefix + "constant_matrices"
+    full = state_dict.get(key)
+    if full is not None and full.dim() == 3 and module.papa_block is not None:
+        state_dict[key] = pack_blocks(full, module.papa_block)
 
 
 def _fold_band_after_load(module, incompatible_keys):

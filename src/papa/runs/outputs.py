@@ -18,6 +18,8 @@ from transformers.trainer_utils import get_last_checkpoint
 
 from ..console import stage
 from ..errors import PapaError
+from ..families import block_triangle
+from ..families.block_triangle import block_triangle_size
 from ..io import load_json_object, save_json, save_text
 from .metrics import token_predictions_to_tags
 
@@ -54,6 +56,15 @@ def checkpoint_to_resume(training_args):
 PAPA_PARAMETERS = ("constant_matrices", "lambdas", "mean_outputs")
 
 
+def same_tensor_shape(saved, ours):
+    """Whether a saved tensor of shape `saved` loads into one of shape `ours`: equal, or a decoder's (S, T, T)
+    constants saved before layers held them as strips (S, N), which loading packs (papa.method.attention)."""
+    if saved == ours:
+        return True
+    return (len(saved) == 3 and len(ours) == 2 and saved[0] == ours[0]
+            and ours[1] == block_triangle_size(saved[-1], block_triangle.BLOCK))
+
+
 def check_checkpoint_matches(checkpoint, model):
     """A clear error before resuming `checkpoint` into a model patched otherwise (other heads replaced, another mode
     or T, another model): its tensors would not fit. The original README's loop over k reuses one --output_dir."""
@@ -67,7 +78,7 @@ def check_checkpoint_matches(checkpoint, model):
     ours = {name: tuple(tensor.shape) for name, tensor in model.state_dict().items()}
     with safe_open(path, "pt") as saved:
         shapes = {name: tuple(saved.get_slice(name).get_shape()) for name in saved.keys()}
-    differing = [name for name in shapes if name in ours and shapes[name] != ours[name]]
+    differing = [name for name in shapes if name in ours and not same_tensor_shape(shapes[name], ours[name])]
     differing += [name for name in set(shapes) ^ set(ours) if name.endswith(PAPA_PARAMETERS)]
     if differing:
         more = f" and {len(differing) - 1} more" if len(differing) > 1 else ""
