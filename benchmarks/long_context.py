@@ -10,8 +10,15 @@ Steps, each a command run under /usr/bin/time (its maximum resident set size, th
   ranking     papa-glue --sort_calculating (the λ run) on --rank_blocks blocks, one evaluated
   eval_stock, eval_half  papa-glue --do_eval on --eval_blocks blocks: the stock (sdpa) model, and half the heads
                          (the first 135 ranked) constant
-  timing      stock, half constant, and half constant with the triangular product off: forwards interleaved
-              (stock, a, stock, b, ...) for --rounds rounds, in one process; medians, IQRs, and the paired ratios
+  sweep_lm    the whole sweep (run_papa_sweep.py: averaging, ranking, k = 0, 135, 270) on lm_qnli, --sweep_samples
+              training blocks, one evaluated; its peak RSS is its largest stage's: the stages are forks of the
+              sweep's fork server, which outlives the sweep, so the sweep runs under `reaping` (below), which
+              adopts and waits for it
+  sweep_probe the same on SST-2 with the model's own classifier as the probe (--probe model_head), sentences
+              padded to T
+  timing      stock, half constant (constants held as strips of their lower triangles), and half constant held
+              as full matrices (the plain product): forwards interleaved (stock, a, stock, b, ...) for --rounds
+              rounds, in one process; medians, IQRs, and the paired ratios
 Writes <out>.json (every figure, the commands, the machine) and <out>.md (the table).
 """
 
@@ -52,6 +59,11 @@ def steps(args):
     run = ["--max_seq_length", T, "--per_device_train_batch_size", "1", "--per_device_eval_batch_size", "1",
            "--save_strategy", "no", "--save_total_limit", "0", "--overwrite_output_dir", "--report_to", "none"]
     me = [sys.executable, os.path.abspath(__file__), "--seq_len", T]
+    sweep = [*me, "--reaping", sys.executable, os.path.join(ROOT, "papa_scripts", "run_papa_sweep.py"), "--model_name_or_path", MODEL,
+             "--data_dir", args.data_dir, "--max_seq_length", T, "--static_heads_nums", "0", "135", "270",
+             "--max_train_samples", str(args.sweep_samples), "--per_device_train_batch_size", "1",
+             "--num_train_epochs", "1", "--sort_num_train_epochs", "1", "--evaluation_strategy", "no",
+             "--extra_args=--per_device_eval_batch_size 1"]
     return {
         "forward_sdpa": [*me, "--child", "forward", "--impl", "sdpa"],
         "forward_eager_attentions": [*me, "--child", "forward", "--impl", "eager"],
@@ -65,12 +77,32 @@ def steps(args):
         "eval_half": ["papa-glue", *data, *run, "--do_eval", "--max_eval_samples", str(args.eval_blocks),
                       "--static_heads_dir", avgs, "--sorting_heads_dir", sort, "--static_heads_num", "135",
                       "--output_dir", os.path.join(work, "k_135")],
+        "sweep_lm": [*sweep, "--task_name", "lm_qnli", "--max_eval_samples", "1",
+                     "--output_dir", os.path.join(work, "sweep_lm")],
+        "sweep_probe": [*sweep, "--task_name", "sst2", "--probe", "model_head", "--max_eval_samples",
+                        str(args.sweep_samples), "--output_dir", os.path.join(work, "sweep_probe")],
         "timing": [*me, "--child", "timing", "--avgs", avgs, "--sort", sort, "--rounds", str(args.rounds),
                    "--timing_out", os.path.join(work, "timing.json")],
     }
 
 
 # ----------------------------------------------------------------------------- children
+
+
+def reaping(command):
+    """Run `command` as a child subreaper (Linux prctl): descendants it orphans (a fork server) are adopted and
+    waited for here, so their peak RSS reaches /usr/bin/time's (the largest of every waited-for descendant)."""
+    import ctypes
+
+    PR_SET_CHILD_SUBREAPER = 36
+    if ctypes.CDLL(None, use_errno=True).prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) != 0:
+        raise SystemExit("prctl(PR_SET_CHILD_SUBREAPER) failed: this measurement needs Linux")
+    status = subprocess.run(command).returncode
+    while True:  # the adopted: wait until none is left
+        try:
+            os.wait()
+        except ChildProcessError:
+            return status
 
 
 def load(impl):
@@ -100,17 +132,16 @@ def child_timing(args):
     import torch
 
     import papa
-    from papa.families import attention_modules
+    from papa.families import block_triangle
     from papa.method.ranking import load_sorted_heads
 
     stock = load("sdpa")
     heads = load_sorted_heads(args.sort, stock.config.num_hidden_layers, stock.config.num_attention_heads)[:135]
     half = papa.patch_model(copy.deepcopy(stock), args.avgs, static_heads=heads)
+    block_triangle.BLOCK = args.seq_len  # one strip: the full matrices and the plain product
     flat = papa.patch_model(copy.deepcopy(stock), args.avgs, static_heads=heads)
-    for module in attention_modules(flat):
-        module.papa_lower_triangular = False
     ids = torch.randint(0, stock.config.vocab_size, (1, args.seq_len))
-    variants = {"half constant": half, "half constant, full product": flat}
+    variants = {"half constant": half, "half constant, full matrices": flat}
 
     def seconds(model):
         start = time.perf_counter()
@@ -155,6 +186,9 @@ def machine():
 
 
 def main(argv=None):
+    argv = sys.argv[1:] if argv is None else argv
+    if "--reaping" in argv:  # --seq_len T --reaping <command...>
+        raise SystemExit(reaping(argv[argv.index("--reaping") + 1:]))
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--seq_len", type=int, default=2048)
     parser.add_argument("--work", default=os.path.join(tempfile.gettempdir(), "papa_long_context"))
@@ -163,6 +197,7 @@ def main(argv=None):
     parser.add_argument("--avg_blocks", type=int, default=3)
     parser.add_argument("--rank_blocks", type=int, default=2)
     parser.add_argument("--eval_blocks", type=int, default=2)
+    parser.add_argument("--sweep_samples", type=int, default=2, help="training blocks / examples of each sweep")
     parser.add_argument("--rounds", type=int, default=7)
     parser.add_argument("--only", nargs="*", default=None, help="run these steps only")
     parser.add_argument("--child", choices=["forward", "timing"], help=argparse.SUPPRESS)
