@@ -28,6 +28,34 @@ from papa.data.tasks import get_task
 # ----------------------------------------------------------------------------- uniform
 
 
+def test_a_decoders_uniform_constants_are_lower_triangles_that_patch_as_ones(tmp_path):
+    """causal=True stores layout 2 (half the bytes); a decoder patched from it equals one patched from full ones
+    (its causal band keeps only the lower triangle of those)."""
+    import copy
+
+    import tiny_decoders
+    from papa.method.layouts import PackedConstants
+    from papa.sweep.run import is_decoder
+
+    dL, dH, dT = tiny_decoders.L, tiny_decoders.H, tiny_decoders.T
+    controls.write_artifacts(str(tmp_path), ["uniform"], dL, dH, dT, seed=0, causal=True)
+    stored = papa.load_constant_matrices(tmp_path / "uniform", dL, dH)
+    assert isinstance(stored, PackedConstants)
+    assert torch.equal(stored.full(), torch.ones(dL, dH, dT, dT).tril())
+    stock = tiny_decoders.tiny_decoder("llama", "eager")
+    static = [[0, 1], [1, 0], [1, 1], [1, 2], [1, 3]]
+    got = papa.patch_model(copy.deepcopy(stock), tmp_path / "uniform", static_heads=static)
+    want = papa.patch_model(copy.deepcopy(stock), torch.ones(dL, dH, dT, dT), static_heads=static)
+    ids, mask = tiny_decoders.right_padded_batch()
+    with torch.no_grad():
+        assert torch.equal(got(input_ids=ids, attention_mask=mask).logits,
+                           want(input_ids=ids, attention_mask=mask).logits)
+    stock.config.save_pretrained(tmp_path / "decoder")
+    tiny_model("bert", "sdpa").config.save_pretrained(tmp_path / "encoder")
+    assert is_decoder(tmp_path / "decoder") and not is_decoder(tmp_path / "encoder")
+
+
+
 def test_uniform_constants_attend_equally_to_every_real_token(tmp_path):
     controls.write_artifacts(str(tmp_path), ["uniform"], L, H, T, seed=0)
     ones = papa.load_constant_matrices(tmp_path / "uniform", L, H)

@@ -35,6 +35,7 @@ import torch
 
 from ..runs.arguments import SWEEP_CONTROLS
 from ..io import save_json, save_tensor
+from ..method.layouts import packed_record, triangle_size
 
 
 @dataclass(frozen=True)
@@ -85,11 +86,16 @@ def random_order(layers, heads, seed):
     return [[int(i // heads), int(i % heads)] for i in order]
 
 
-def write_artifacts(output_dir, controls, layers, heads, seq_len, seed):
+def write_artifacts(output_dir, controls, layers, heads, seq_len, seed, causal=False):
     """The files the controls' stages read (atomically; the same inputs give the same bytes, so a rewrite
-    leaves their stages up to date)."""
+    leaves their stages up to date). causal: a decoder's, whose uniform constants are stored as lower triangles
+    (papa.method.layouts, layout 2: half the bytes; the causal band zeroes the rest anyway)."""
     if "uniform" in controls:
-        save_tensor(torch.ones(layers, heads, seq_len, seq_len), os.path.join(output_dir, UNIFORM_DIR, "avgs.pt"))
+        path = os.path.join(output_dir, UNIFORM_DIR, "avgs.pt")
+        if causal:
+            save_tensor(packed_record(torch.ones(layers, heads, triangle_size(seq_len)), seq_len), path)
+        else:
+            save_tensor(torch.ones(layers, heads, seq_len, seq_len), path)
     if "random_order" in controls:
         folder = os.path.join(output_dir, RANDOM_DIR)
         save_json(random_order(layers, heads, seed), os.path.join(folder, "sorted_heads.json"))

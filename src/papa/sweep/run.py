@@ -96,6 +96,16 @@ def model_heads(model_path, task=None):
     return layers, heads
 
 
+def is_decoder(model_path):
+    """Whether the model is one of PAPA's decoder families (causal attention)."""
+    from transformers import AutoConfig
+
+    from ..families import FAMILIES
+
+    family = FAMILIES.get(getattr(AutoConfig.from_pretrained(model_path), "model_type", None))
+    return bool(family is not None and family.causal)
+
+
 def model_display_name(model_name_or_path):
     if model_name_or_path is None:
         return "all-MiniLM-L6-v2 (bundled)"
@@ -286,7 +296,7 @@ def begin_sweep(prepared):
           f"output in {plan.output_dir}", flush=True)
     save_sweep_json(plan, args, prepared.passthrough)
     controls.write_artifacts(plan.output_dir, plan.controls, plan.layers, plan.heads_per_layer, plan.max_seq_length,
-                             args.seed)
+                             args.seed, causal=is_decoder(plan.model_path))
     pending = any(stage.why_not_done(stage.fingerprint(plan.output_dir)) for stage in prepared.stages)
     if pending:
         remove_results(plan.output_dir)  # they describe stages about to be redone; written again at the end
