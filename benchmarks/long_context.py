@@ -37,7 +37,7 @@ MODEL = "smollm2"
 
 
 def timed(command, env=None):
-    """(peak RSS in GB, wall seconds, the command's stdout+stderr tail) of `command` under /usr/bin/time."""
+    """(peak RSS in GB (10⁹ bytes, as the file sizes), wall seconds, the command's stdout+stderr tail) of `command` under /usr/bin/time."""
     with tempfile.NamedTemporaryFile("r", suffix=".time") as record:
         done = subprocess.run(["/usr/bin/time", "-f", "%M %e", "-o", record.name, *command], cwd=ROOT, env=env,
                               capture_output=True, text=True)
@@ -45,7 +45,7 @@ def timed(command, env=None):
             raise SystemExit(f"failed ({done.returncode}): {shlex.join(command)}\n{done.stdout[-3000:]}"
                              f"{done.stderr[-3000:]}")
         kib, seconds = record.read().split()[-2:]
-    return int(kib) / 2**20, float(seconds), (done.stdout + done.stderr)[-600:]
+    return int(kib) * 1024 / 1e9, float(seconds), (done.stdout + done.stderr)[-600:]
 
 
 def folder_gb(path, prefix=""):
@@ -238,7 +238,7 @@ def report(results, command):
              f"`{command}`; {m['cpu']}, {m['logical_cpus']} logical CPUs, torch {m['torch']}, transformers "
              f"{m['transformers']}, Python {m['python']}, fp32; {m['date_utc']} UTC, load average at the start "
              f"{', '.join(f'{x:.1f}' for x in m['load_average'])} (1, 5 and 15 minutes).", "",
-             "| step | peak RSS (GB) | wall (s) | also |", "| --- | ---: | ---: | --- |"]
+             "| step | peak RSS (GB, 10⁹ bytes) | wall (s) | also |", "| --- | ---: | ---: | --- |"]
     for name, entry in steps_.items():
         also = ", ".join(f"{k} {entry[k]} GB" for k in ("avgs_gb", "folder_gb") if k in entry)
         lines.append(f"| {name} | {entry['peak_rss_gb']:.2f} | {entry['wall_s']:.0f} | {also} |")
