@@ -133,7 +133,7 @@ def load_papa_model(path, device="cpu"):
         if papa.get("head_mode", "constant") == "mean_output":
             means = torch.zeros(*shape, t, head_dim(config))
         else:
-            constants = torch.zeros(*shape, t, t)
+            constants = torch.zeros(()).expand(*shape, t, t)  # a view: patch_model copies only the replaced heads
     # folders saved before heads were laid out [dynamic | replaced] hold the stock layout: load it as
     # it is, then lay it out
     stock_layout = "seq_len" in papa and papa.get("head_layout") != HEAD_LAYOUT
