@@ -184,9 +184,9 @@ class PapaAttention:
             )
 
     def _constants(self, dtype):
-        """The constant matrices in `dtype` (a `BlockTriangle` where the layer holds strips), restricted to where the layer may attend: `patch_model` zeroes them
-        outside the band once (and after every state-dict load); while they train, the band is applied per call
-        too, so their gradient stays inside it."""
+        """The constant matrices in `dtype` (a `BlockTriangle` where the layer holds strips), restricted to where
+        the layer may attend: `patch_model` zeroes them outside the band once (and after every state-dict load);
+        while they train, the band is applied per call too, so their gradient stays inside it."""
         constants = self.constant_matrices
         if self.papa_band_mask is not None and constants.requires_grad and torch.is_grad_enabled():
             constants = constants * self.papa_band_mask.to(constants.dtype)
