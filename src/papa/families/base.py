@@ -68,6 +68,7 @@ except ImportError:  # pragma: no cover - other transformers versions: rely on t
     _active_collector = None
 
 HEAD_MODES = ("constant", "mean_output")
+STOCK = torch.zeros(())  # `papa_gate` of a layer a ranker leaves stock: its heads attend as the stock model's
 
 
 @dataclass
@@ -141,6 +142,7 @@ class PapaAttention:
     papa_lower_triangular = False  # a decoder's constants (causal band): zero above the diagonal
     papa_block = None  # constants held as (S, N) block-row strips of their lower triangle, `papa_block` rows each
     papa_seq_len = None
+    papa_gate = None  # mix mode: σ(λ) mixes; a ranker's constant share g per head, or STOCK (papa.method.gates)
 
     def forward(self, *args, **kwargs):
         if self.papa_layout_pending:
@@ -198,7 +200,13 @@ class PapaAttention:
         return constant_facts(self, constants, valid)
 
     def _mix_weights(self, dtype):
-        return torch.sigmoid(self.lambdas).to(dtype)  # (H,)
+        """Each head's weight on its own attention in mix mode, (1, H) or (B, H): σ(λ), or 1 − g while a ranker
+        sets the constant share g (`papa_gate`: (H,) or, one per example, (B, H); papa.method.gates)."""
+        gate = self.papa_gate
+        if gate is not None:
+            gate = gate.expand(len(self.dynamic_heads)) if gate is STOCK else gate
+            return (1 - gate).to(dtype).reshape(-1, gate.shape[-1])
+        return torch.sigmoid(self.lambdas).to(dtype)[None]
 
     def _replaced_output(self, values, valid, out=None):
         """Output of the replaced heads, (B, T, S, d); `values` are theirs; `out` a view to fill (no autograd)."""
@@ -255,9 +263,11 @@ class PapaAttention:
         B, T, H, d = values.shape
         if self.mix_all_heads:
             dynamic = self.papa_dynamic_context(call, values)  # (B, T, H, d)
+            if self.papa_gate is STOCK:  # a ranker's layer left as it is: no constant share to compute
+                return dynamic
             constants = self._constants(values.dtype)
             constant = constant_attention_output(constants, values, valid, **self._constant_facts(constants, valid))
-            weight = self._mix_weights(values.dtype)[:, None]  # (H, 1)
+            weight = self._mix_weights(values.dtype)[:, None, :, None]  # (1 or B, 1, H, 1)
             return constant + weight * (dynamic - constant)  # σ(λ)·A + (1−σ(λ))·C: λ's gradient reduces A − C, no cancellation
         if not self.static_heads:
             return self.papa_dynamic_context(call, values)
@@ -299,7 +309,7 @@ class PapaAttention:
             if D:
                 probs[:, :D] = self.papa_scores(call).softmax(dim=-1).to(values.dtype)
         if self.mix_all_heads:
-            weight = self._mix_weights(values.dtype)[:, None, None]  # (H, 1, 1)
+            weight = self._mix_weights(values.dtype)[:, :, None, None]  # (1 or B, H, 1, 1)
             constant = normalized_constant(self._constants(values.dtype), valid)
             probs = constant + weight * (probs - constant)  # as in the fast path
         elif self.static_heads:

@@ -1,0 +1,266 @@
+"""Rankers: which heads to make constant first, found on the ranking data by loss rather than by λ.
+
+Every ranker scores *units* (a head, or with `kv_groups` the query heads of one K/V group: a group's K projection
+and K cache go only when all its heads are constant) and ranks them by ascending score: the unit whose constant
+attention costs least comes first. Scores are per-example means over the ranking data of the loss
+(papa.method.example_losses: the task's, or distillation against the stock model). All run one model patched in
+mix mode, through gates (papa.method.gates: g = 0 stock, g = 1 PAPA's constant head).
+
+    taylor     Σ_x |∂L_x/∂g_u| / N at the stock model (Michel et al. 2019's first-order importance, for PAPA's own
+               intervention: ∂L/∂g_h = ⟨∂L/∂A_h, norm(C_h) − A_h⟩). One forward and backward per batch. The signed
+               mean, the first-order estimate of the loss change, is kept beside it.
+    loo        the exact loss change when the unit alone is made constant (leave one out). The blocks below the
+               unit's layer are computed once per batch (PrefixCache) and several units share one forward.
+    iterative  greedy: score the remaining units (loo or taylor) with the units chosen so far constant, take the
+               tenth of all units that cost least, repeat. The ranking is the order of choice.
+    gates      DuoAttention's training: α_u ∈ [0, 1] (g = 1 − α) from 1 (stock) with an L1 pull toward 0 (constant),
+               AdamW; the rank is by final α, which below 0 keeps falling with the pull (the head that reached 0
+               first is most negative). With the distillation loss it needs no labels.
+"""
+
+import math
+from dataclasses import dataclass
+
+import torch
+
+from ..errors import PapaError
+from .example_losses import distill_losses, task_losses
+from .gates import PrefixCache, check_mix_mode, gated
+
+RANKERS = ("lambda", "gates", "taylor", "loo", "iterative", "iterative_taylor")
+ROUNDS = 10  # iterative: one tenth of the units per round
+
+
+@dataclass(frozen=True)
+class Scored:
+    """A ranker's result: units in ranked order, each with its score (and the ranker's extra columns)."""
+
+    units: list  # [[(layer, head), ...]] in ranked order
+    scores: list  # one float per unit (ascending for loo and taylor; the order of choice for iterative)
+    extra: dict  # column -> list of floats or ints, per ranked unit
+
+    def sorted_heads(self):
+        """sorted_heads.json's rows: every head in ranked order (a unit's heads together)."""
+        return [[layer, head] for unit in self.units for layer, head in unit]
+
+
+def make_units(num_layers, num_heads, kv_groups=None):
+    """[[(layer, head)]]: one head each, or with `kv_groups` (K/V heads per layer) the query heads of each group."""
+    if kv_groups is None or kv_groups == num_heads:
+        return [[(layer, head)] for layer in range(num_layers) for head in range(num_heads)]
+    if num_heads % kv_groups:
+        raise PapaError(f"{num_heads} query heads do not split into {kv_groups} K/V groups")
+    size = num_heads // kv_groups
+    return [[(layer, g * size + i) for i in range(size)] for layer in range(num_layers) for g in range(kv_groups)]
+
+
+class Objective:
+    """The loss of the ranking data under gates: per-example losses of each batch, the stock outputs kept for
+    distillation. `batches`: a list of dicts of tensors on the model's device (labels included)."""
+
+    def __init__(self, model, batches, kind, loss="task"):
+        if loss not in ("task", "distill"):
+            raise PapaError(f"the ranking loss is 'task' or 'distill'; got {loss!r}")
+        self.model, self.batches, self.kind, self.loss = model, batches, kind, loss
+        self.layers = check_mix_mode(model)
+        self.num_heads = len(self.layers[0].dynamic_heads)
+        self.num_examples = sum(len(b["input_ids"]) for b in batches)
+        self._stock = {}
+
+    def labels(self, batch):
+        return batch.get("labels", batch["input_ids"]) if self.kind == "lm" else batch["labels"]
+
+    def logits(self, batch, copies=1):
+        inputs = {k: v for k, v in batch.items() if k != "labels"}
+        if copies > 1:
+            inputs = {k: v.repeat(copies, *([1] * (v.dim() - 1))) for k, v in inputs.items()}
+        return self.model(**inputs).logits
+
+    def losses(self, index, logits, copies=1):
+        """(copies·B,) losses of batch `index`'s `logits` (its examples repeated `copies` times)."""
+        batch = self.batches[index]
+        labels = self.labels(batch)
+        labels = labels.repeat(copies, *([1] * (labels.dim() - 1)))
+        if self.loss == "task":
+            return task_losses(self.kind, logits, labels)
+        stock = self.stock_logits(index)
+        stock = stock.repeat(copies, *([1] * (stock.dim() - 1)))
+        return distill_losses(self.kind, logits, stock, labels if self.kind == "token" else None)
+
+    def stock_logits(self, index):
+        """The stock model's logits of batch `index`; only the last batch's are kept (an lm's are (B, T, V))."""
+        if index not in self._stock:
+            with torch.no_grad(), gated(self.model, {}):
+                self._stock = {index: self.logits(self.batches[index]).detach()}
+        return self._stock[index]
+
+    def gates(self, chosen, rows=None):
+        """{layer: (H,) gate} with 1 at the heads of the `chosen` units (each row of (rows, H) when rows given)."""
+        out = {}
+        for unit in chosen:
+            for layer, head in unit:
+                gate = out.setdefault(layer, torch.zeros(self.num_heads))
+                gate[head] = 1
+        ref = self.layers[0].constant_matrices
+        return {layer: (g if rows is None else g.expand(rows, -1)).to(ref.device, ref.dtype) for layer, g in out.items()}
+
+
+def taylor_scores(objective, units, chosen=()):
+    """(|first-order| score, signed first-order estimate) per unit: means over the examples of |∂L_x/∂g_u| and of
+    ∂L_x/∂g_u, at the model with the `chosen` units constant (the stock model when none)."""
+    model = objective.model
+    held = [p for p in model.parameters() if p.requires_grad]
+    for p in held:
+        p.requires_grad_(False)
+    absolute = torch.zeros(len(units), dtype=torch.float64)
+    signed = torch.zeros(len(units), dtype=torch.float64)
+    try:
+        for index, batch in enumerate(objective.batches):
+            B = len(batch["input_ids"])
+            base = objective.gates(chosen, rows=B)
+            ref = objective.layers[0].constant_matrices
+            shifts = {l: torch.zeros(B, objective.num_heads, device=ref.device, dtype=ref.dtype, requires_grad=True)
+                      for l in sorted({layer for unit in units for layer, _ in unit})}
+            gates = dict(base)
+            for layer, shift in shifts.items():
+                gates[layer] = (base[layer] if layer in base else 0) + shift
+            with gated(model, gates):
+                losses = objective.losses(index, objective.logits(batch))
+            losses.sum().backward()
+            for u, unit in enumerate(units):
+                per_example = sum(shifts[layer].grad[:, head] for layer, head in unit).double()  # (B,)
+                absolute[u] += per_example.abs().sum().cpu()
+                signed[u] += per_example.sum().cpu()
+    finally:
+        for p in held:
+            p.requires_grad_(True)
+    return absolute / objective.num_examples, signed / objective.num_examples
+
+
+@torch.no_grad()
+def loo_scores(objective, units, chosen=(), reuse_prefix=True, max_rows=64):
+    """The mean loss change per unit when it is made constant beside the `chosen` units (exact, no
+    approximation). `reuse_prefix`: the blocks below a unit's layer are computed once per batch; `max_rows`: at
+    most this many sequences (copies × batch) in one forward."""
+    model = objective.model
+    deltas = torch.zeros(len(units), dtype=torch.float64)
+    by_layer = {}
+    for u, unit in enumerate(units):
+        layers = {layer for layer, _ in unit}
+        if len(layers) != 1:
+            raise PapaError("a ranking unit's heads must share one layer")
+        by_layer.setdefault(layers.pop(), []).append(u)
+    cache = PrefixCache(model) if reuse_prefix else None
+    for index, batch in enumerate(objective.batches):
+        B = len(batch["input_ids"])
+        with gated(model, objective.gates(chosen)):
+            if cache is None:
+                base = objective.losses(index, objective.logits(batch))
+            else:
+                with cache.record(B):
+                    base = objective.losses(index, objective.logits(batch))
+        base = base.double()
+        per_forward = max(1, max_rows // B)
+        for layer, members in sorted(by_layer.items()):
+            for start in range(0, len(members), per_forward):
+                group = members[start:start + per_forward]
+                copies = len(group)
+                gates = objective.gates(chosen, rows=copies * B)
+                row = gates.get(layer)
+                row = row.clone() if row is not None else torch.zeros(
+                    copies * B, objective.num_heads, dtype=base.dtype).to(objective.layers[0].constant_matrices)
+                for c, u in enumerate(group):
+                    for _, head in units[u]:
+                        row[c * B:(c + 1) * B, head] = 1
+                gates[layer] = row
+                with gated(model, gates):
+                    if cache is None:
+                        losses = objective.losses(index, objective.logits(batch, copies), copies)
+                    else:
+                        with cache.replay_below(layer, copies):
+                            losses = objective.losses(index, objective.logits(batch, copies), copies)
+                losses = losses.double().view(copies, B)
+                for c, u in enumerate(group):
+                    deltas[u] += (losses[c] - base).sum().cpu()
+    return deltas / objective.num_examples
+
+
+def iterative_ranking(objective, units, scorer="loo", **loo_options):
+    """Greedy: each round scores the units not yet chosen with the chosen ones constant and takes the
+    ceil(units / 10) that cost least (taylor: the least |first-order| score). Returns Scored, the
+    scores being each unit's when it was chosen, with the round in `extra`."""
+    per_round = math.ceil(len(units) / ROUNDS)
+    chosen, scores, rounds = [], [], []
+    remaining = list(range(len(units)))
+    round_index = 0
+    while remaining:
+        candidates = [units[u] for u in remaining]
+        if scorer == "loo":
+            values = loo_scores(objective, candidates, [units[u] for u in chosen], **loo_options)
+        else:
+            values = taylor_scores(objective, candidates, [units[u] for u in chosen])[0]
+        order = sorted(range(len(remaining)), key=lambda i: (float(values[i]), remaining[i]))[:per_round]
+        for i in order:
+            chosen.append(remaining[i])
+            scores.append(float(values[i]))
+            rounds.append(round_index)
+        taken = {remaining[i] for i in order}
+        remaining = [u for u in remaining if u not in taken]
+        round_index += 1
+    return Scored([units[u] for u in chosen], scores, {"round": rounds})
+
+
+def train_gates(objective, units, steps, learning_rate=0.02, l1=0.05, log=None):
+    """DuoAttention's gate training: α per unit from 1, loss = mean ranking loss + l1 · mean(α), AdamW (no weight
+    decay), `steps` steps cycling through the batches; the forward reads α clamped to [0, 1]. Returns α (units,)."""
+    model = objective.model
+    held = [p for p in model.parameters() if p.requires_grad]
+    for p in held:
+        p.requires_grad_(False)
+    ref = objective.layers[0].constant_matrices
+    alpha = torch.ones(len(units), dtype=torch.float32, device=ref.device, requires_grad=True)
+    optimizer = torch.optim.AdamW([alpha], lr=learning_rate, weight_decay=0.0)
+    owner = {}  # layer -> (H,) index of each head's unit in α
+    for u, unit in enumerate(units):
+        for layer, head in unit:
+            owner.setdefault(layer, torch.zeros(objective.num_heads, dtype=torch.long, device=ref.device))[head] = u
+    try:
+        for step in range(steps):
+            index = step % len(objective.batches)
+            shares = 1 - alpha.clamp(0, 1).to(ref.dtype)
+            gates = {layer: shares[heads] for layer, heads in owner.items()}
+            with gated(model, gates):
+                loss = objective.losses(index, objective.logits(objective.batches[index])).mean()
+            total = loss + l1 * alpha.mean()
+            optimizer.zero_grad()
+            total.backward()
+            optimizer.step()
+            if log is not None:
+                log(step, float(loss), alpha.detach())
+    finally:
+        for p in held:
+            p.requires_grad_(True)
+    return alpha.detach().cpu()
+
+
+def rank(ranker, objective, units, **options):
+    """Scored units of `ranker` (one of RANKERS but lambda, which trains in the Trainer: papa.runs.ranking)."""
+    if ranker == "taylor":
+        absolute, signed = taylor_scores(objective, units)
+        scores, extra = absolute, {"first_order_estimate": signed}
+    elif ranker == "loo":
+        scores = loo_scores(objective, units, reuse_prefix=options.get("reuse_prefix", True),
+                            max_rows=options.get("max_rows", 64))
+        extra = {}
+    elif ranker in ("iterative", "iterative_taylor"):
+        loo = {k: options[k] for k in ("reuse_prefix", "max_rows") if k in options}
+        return iterative_ranking(objective, units, "loo" if ranker == "iterative" else "taylor", **loo)
+    elif ranker == "gates":
+        scores = train_gates(objective, units, options["steps"], options.get("learning_rate", 0.02),
+                             options.get("l1", 0.05), options.get("log"))
+        extra = {}
+    else:
+        raise PapaError(f"unknown ranker {ranker!r}; choose one of {', '.join(RANKERS)}")
+    order = sorted(range(len(units)), key=lambda u: (float(scores[u]), u))  # stable: ties keep layer-major order
+    return Scored([units[u] for u in order], [float(scores[u]) for u in order],
+                  {k: [float(v[u]) for u in order] for k, v in extra.items()})
