@@ -30,17 +30,22 @@ def check_mix_mode(model):
     return layers
 
 
+def set_gates(model, gates):
+    """Set the constant shares `gates` = {layer: (H,) or (B, H) tensor}, every other layer stock; None: back to
+    mix mode's σ(λ)."""
+    layers = check_mix_mode(model)
+    for index, module in enumerate(layers):
+        module.papa_gate = None if gates is None else gates.get(index, STOCK)
+
+
 @contextmanager
 def gated(model, gates):
-    """Run `model` with the constant shares `gates` = {layer: (H,) or (B, H) tensor}; every other layer stock."""
-    layers = check_mix_mode(model)
+    """Run `model` with the constant shares `gates` (`set_gates`) inside the block."""
+    set_gates(model, gates)
     try:
-        for index, module in enumerate(layers):
-            module.papa_gate = gates.get(index, STOCK)
         yield model
     finally:
-        for module in layers:
-            module.papa_gate = None
+        set_gates(model, None)
 
 
 def transformer_blocks(model):

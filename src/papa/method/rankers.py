@@ -236,7 +236,7 @@ def train_gates(objective, units, steps, learning_rate=0.02, l1=0.05, log=None):
             total.backward()
             optimizer.step()
             if log is not None:
-                log(step, float(loss), alpha.detach())
+                log(step, float(loss.detach()), alpha.detach())
     finally:
         for p in held:
             p.requires_grad_(True)

@@ -87,10 +87,45 @@ class ModelArguments:
                                               "read no file."}
     )
 
+    ranker: Literal["lambda", "gates", "taylor", "loo", "iterative", "iterative_taylor"] = field(
+        default="lambda", metadata={"help": "With --sort_calculating, how the heads are ranked (papa.method.rankers): "
+                                            "lambda (the original: trained mixing weights λ); gates (DuoAttention: "
+                                            "gates from the stock model with an L1 pull toward constant); taylor "
+                                            "(first-order loss change at the stock model, one pass); loo (the exact "
+                                            "loss change of each head made constant alone); iterative (loo, "
+                                            "re-scored after each tenth of the heads is made constant); "
+                                            "iterative_taylor (the same with taylor). Every ranker writes "
+                                            "sorted_heads.json and head_scores.csv. A probe task's ranker (not "
+                                            "lambda) first trains the probe at k = 0."})
+    lambda_learning_rate: float | None = field(default=None, metadata={
+        "help": "Learning rate of λ (--ranker lambda; default: --learning_rate) or of the gates (--ranker gates; "
+                "default 0.02, DuoAttention's)."})
+    ranker_loss: Literal["task", "distill"] = field(default="task", metadata={
+        "help": "The loss rankers other than lambda measure: the task's (the probe's, or the LM loss), or distill: "
+                "KL from the stock model's outputs (DuoAttention's; needs no labels). taylor's gradient of distill "
+                "is 0 at the stock model, so it takes task."})
+    gates_l1: float = field(default=0.05, metadata={
+        "help": "--ranker gates: weight of the L1 pull of the gates toward constant attention."})
+    rank_kv_groups: bool = field(default=False, metadata={
+        "help": "Rank a decoder's K/V groups as units (all query heads of a group together: only then do its K "
+                "projection and K cache go); lambda and gates rank a group by its heads' mean."})
+    loo_prefix_cache: bool = field(default=True, metadata={
+        "help": "--ranker loo / iterative: compute the blocks below a head's layer once per batch and reuse them "
+                "(false: every replacement runs the whole model; the same scores, slower)."})
+
     def __post_init__(self):
         training_mode(self.sort_calculating, self.grad_for_classifier_only, self.grad_for_classifier_and_static_only)
         if self.use_auth_token and self.token is None:
             self.token = True  # huggingface_hub: True = the stored token
+        if self.ranker != "lambda" and not self.sort_calculating:
+            raise PapaError(f"--ranker {self.ranker} ranks heads in a ranking run: add --sort_calculating True")
+        if self.ranker_loss == "distill" and self.ranker in ("taylor", "iterative_taylor", "lambda"):
+            raise PapaError(f"--ranker_loss distill has no signal for --ranker {self.ranker} (lambda trains on the "
+                            "task's loss; taylor's gradient of the distillation loss is 0 at the stock model): drop "
+                            "it or use loo, iterative or gates")
+        check_positive(self.lambda_learning_rate, "--lambda_learning_rate")
+        if self.gates_l1 < 0:
+            raise PapaError(f"--gates_l1 must be 0 or more; got {self.gates_l1}")
 
 
 TASK_HELP = ("Task (case-insensitive): cola sst2 mrpc qqp stsb mnli qnli rte wnli repeat, lm (language modelling "

@@ -25,7 +25,7 @@ from datasets import DatasetDict
 from transformers import AutoModel, default_data_collator, set_seed
 
 from ..method.ablations import first_token_matrices, zero_outputs
-from ..method.attention import head_dim, lambdas_array, load_constant_matrices, load_mean_outputs
+from ..method.attention import head_dim, load_constant_matrices, load_mean_outputs
 from ..method.averaging import accumulate_attention, averages_info, averages_origin_notes, distributed_context, shard
 from ..data.conll import load_token_task
 from ..console import progress_bar, quiet_trainer, stage
@@ -40,7 +40,8 @@ from .outputs import (check_checkpoint_matches, checkpoint_to_resume, save_resul
                       write_token_predictions)
 from .predictions import predictions_file, write_eval_predictions
 from ..models.pretrained import check_model_paths, load_config_and_tokenizer
-from ..method.ranking import check_static_heads_num, first_k_heads, load_sorted_heads, save_ranking
+from ..method.ranking import check_static_heads_num, first_k_heads, load_sorted_heads
+from .ranking import prepare_lambda_training, rank_heads, ranking_units, save_lambda_ranking
 from ..data.task_folders import resolve_data_dir
 from ..data.tokenized_cache import tokenize_cached
 
@@ -266,7 +267,7 @@ def make_trainer(task, model, tokenizer, label_list, pad, train_dataset, eval_se
 
 def train_and_save(trainer, tokenizer, mix, training_args, checkpoint=None):
     """Train (from `checkpoint` when resuming); write the model (or its config only, with --save_total_limit 0),
-    the ranking, the train results."""
+    the train results and, in λ's ranking run (`mix`: the ranking units, papa.runs.ranking), the ranking."""
     model, output_dir = trainer.model, training_args.output_dir
     stage(f"training on {len(trainer.train_dataset)} examples for {training_args.num_train_epochs:g} epochs"
           + (f", resuming {checkpoint}" if checkpoint else ""))
@@ -279,8 +280,8 @@ def train_and_save(trainer, tokenizer, mix, training_args, checkpoint=None):
             with atomic_files(output_dir) as tmp:
                 model.config.save_pretrained(tmp)
         if mix:
-            save_ranking(lambdas_array(model), output_dir)
-            stage(f"wrote lambdas.npy and sorted_heads.json to {output_dir}")
+            save_lambda_ranking(model, output_dir, mix)
+            stage(f"wrote lambdas.npy, sorted_heads.json and head_scores.csv to {output_dir}")
     trainer.log_metrics("train", train_metrics)
     if trainer.is_world_process_zero():
         save_results("train", train_metrics, output_dir)
@@ -350,14 +351,23 @@ def run_probing(task, model_args, data_args, training_args):
     model = build_model(task.model_class, config, path, heads.constant_matrices, heads.static_heads,
                         heads.mix_all_heads, data_args.max_seq_length if model_args.use_freeze_extract_pooler else None,
                         model_args.cache_dir, mean_outputs=heads.mean_outputs)
+    ranker = model_args.ranker if heads.mix_all_heads else None
+    if ranker not in (None, "lambda"):  # the probe trains at k = 0 first, alone (papa.runs.ranking)
+        mode = "grad_for_classifier_only"
     logger.info("trainable parameters: %s", ", ".join(set_trainable(model, mode)))
     if training_args.do_train:
         check_checkpoint_matches(checkpoint, model)
     trainer = make_trainer(task, model, tokenizer, label_list, pad, data["train"], data["eval"], data_args,
                            training_args)
 
-    if training_args.do_train:
-        train_and_save(trainer, tokenizer, heads.mix_all_heads, training_args, checkpoint)
+    if training_args.do_train and ranker not in (None, "lambda"):
+        rank_heads(trainer, task, model_args, training_args,
+                   lambda: train_and_save(trainer, tokenizer, None, training_args, checkpoint))
+    elif training_args.do_train:
+        if ranker == "lambda":
+            prepare_lambda_training(trainer, model_args)
+        units = ranking_units(config, model_args) if ranker else None
+        train_and_save(trainer, tokenizer, units, training_args, checkpoint)
     if training_args.do_eval:
         evaluate_and_save(trainer, data["eval"], training_args.output_dir, task, label_list)
     if training_args.do_predict and task.kind == "token":

@@ -1,0 +1,173 @@
+"""The ranking run (`--sort_calculating True`): which heads a `--static_heads_num k` run makes constant first.
+
+`--ranker lambda` (the default) is the original's run: every head mixes σ(λ)·A + (1 − σ(λ))·norm(C), λ trains with
+the probe (papa.runs.run), and `sorted_heads.json` lists the heads by ascending λ. Here it gets a learning rate of
+its own (`--lambda_learning_rate`) and logs the spread of σ(λ) as it trains: a λ that hardly moves ranks by noise.
+
+The other rankers (papa.method.rankers) score heads by the loss on the ranking data (the training split): a probe
+task first trains its probe at k = 0 (the stock model, every gate at 0), then the probe stays frozen while the
+heads are scored; an lm run scores the LM loss directly. The evaluation afterwards is the stock model's.
+
+Every ranker writes `sorted_heads.json` (the original's format, so every later command reads it unchanged) and
+`head_scores.csv`: rank, layer, head, the ranked unit (a head, or a K/V group with --rank_kv_groups), the ranker's
+score (lower = made constant first), its extra columns, and the head's profile from its constant matrix
+(papa.method.profiles).
+"""
+
+import math
+import os
+
+import numpy as np
+import torch
+from transformers import TrainerCallback
+
+from ..console import stage
+from ..errors import PapaError
+from ..families import attention_modules
+from ..families.block_triangle import BlockTriangle, dense
+from ..io import save_json, save_text
+from ..method.attention import lambdas_array
+from ..method.gates import set_gates
+from ..method.profiles import head_kind, head_profiles
+from ..method.ranking import save_ranking
+from ..method.rankers import Objective, Scored, make_units, rank
+
+LAMBDA_NAMES = ("lambdas",)
+
+
+def ranking_units(config, model_args):
+    """The units the ranker ranks: heads, or with --rank_kv_groups a decoder's K/V groups."""
+    kv = getattr(config, "num_key_value_heads", None) if model_args.rank_kv_groups else None
+    if model_args.rank_kv_groups and kv is None:
+        raise PapaError("--rank_kv_groups ranks a decoder's K/V groups; this model has no num_key_value_heads")
+    return make_units(config.num_hidden_layers, config.num_attention_heads, kv)
+
+
+def model_profiles(model):
+    """head_profiles of the constant matrices a mix-mode model holds, (L, H) each, read a layer at a time."""
+    per_layer = []
+    for module in attention_modules(model):
+        constants = module.constant_matrices.detach().float()
+        if module.papa_block is not None:
+            constants = BlockTriangle(constants, module.papa_seq_len, module.papa_block)
+        constants = module.papa_stock_order(dense(constants), dim=0)
+        per_layer.append(head_profiles(constants[None]))
+    return {key: torch.cat([p[key] for p in per_layer]) for key in per_layer[0]}
+
+
+def head_scores_csv(scored, profiles):
+    """head_scores.csv's text: one row per head, in ranked order."""
+    extras = list(scored.extra)
+    lines = [",".join(["rank", "layer", "head", "unit", "score", *extras, "profile"])]
+    rank_index = 0
+    for u, unit in enumerate(scored.units):
+        for layer, head in unit:
+            cells = [rank_index, layer, head, u, repr(float(scored.scores[u]))]
+            cells += [repr(v) if isinstance(v, float) else v for v in (scored.extra[e][u] for e in extras)]
+            cells.append(head_kind(profiles, layer, head))
+            lines.append(",".join(map(str, cells)))
+            rank_index += 1
+    return "\n".join(lines) + "\n"
+
+
+def write_ranking(scored, model, output_dir):
+    """sorted_heads.json and head_scores.csv, each atomically."""
+    save_json(scored.sorted_heads(), os.path.join(output_dir, "sorted_heads.json"))
+    save_text(head_scores_csv(scored, model_profiles(model)), os.path.join(output_dir, "head_scores.csv"))
+
+
+# ----------------------------------------------------------------------------- λ, the original's ranker
+
+
+def save_lambda_ranking(model, output_dir, units):
+    """lambdas.npy and sorted_heads.json as the original wrote them (units of one head), or ranked by each unit's
+    mean λ; and head_scores.csv."""
+    lambdas = lambdas_array(model)  # (L, H)
+    save_ranking(lambdas, output_dir)
+    scores = [float(np.mean([lambdas[layer, head] for layer, head in unit])) for unit in units]
+    order = sorted(range(len(units)), key=lambda u: (scores[u], u))
+    write_ranking(Scored([units[u] for u in order], [scores[u] for u in order], {}), model, output_dir)
+
+
+def prepare_lambda_training(trainer, model_args):
+    """λ's own learning rate (--lambda_learning_rate: an optimizer group of its own) and the spread of σ(λ) in every
+    log (sigma_lambda_min / _max / _std)."""
+    model = trainer.model
+    if model_args.lambda_learning_rate is not None:
+        optimizer = trainer.create_optimizer()
+        lambdas = {id(p) for n, p in model.named_parameters() if n.endswith(LAMBDA_NAMES)}
+        moved = []
+        for group in optimizer.param_groups:
+            moved += [p for p in group["params"] if id(p) in lambdas]
+            group["params"] = [p for p in group["params"] if id(p) not in lambdas]
+        optimizer.add_param_group({"params": moved, "lr": model_args.lambda_learning_rate, "weight_decay": 0.0})
+    trainer.add_callback(LambdaSpread(model))
+
+
+class LambdaSpread(TrainerCallback):
+    """Adds the spread of σ(λ) to every log of a ranking run (console, log_history in trainer_state.json)."""
+
+    def __init__(self, model):
+        self.model = model
+
+    def on_log(self, args, state, control, logs=None, **kwargs):
+        if logs is None:
+            return
+        sigma = torch.sigmoid(torch.from_numpy(lambdas_array(self.model)).double())
+        spread = dict(sigma_lambda_min=float(sigma.min()), sigma_lambda_max=float(sigma.max()),
+                      sigma_lambda_std=float(sigma.std()))
+        logs.update(spread)
+        if state.log_history:  # the Trainer recorded this log before calling back
+            state.log_history[-1].update(spread)
+
+    def on_train_end(self, args, state, control, **kwargs):
+        sigma = torch.sigmoid(torch.from_numpy(lambdas_array(self.model)).double())
+        stage(f"σ(λ) after training: {float(sigma.min()):.4f} to {float(sigma.max()):.4f} (std {float(sigma.std()):.4f};"
+              " 0.5 = untrained)")
+
+
+# ----------------------------------------------------------------------------- the other rankers
+
+
+def ranking_batches(trainer):
+    """The ranking data: the training split in order, as the evaluation loop batches it, on the model's device."""
+    loader = trainer.get_eval_dataloader(trainer.train_dataset)
+    return [trainer._prepare_inputs(batch) for batch in loader]
+
+
+def rank_heads(trainer, task, model_args, training_args, train_probe):
+    """A ranking run with a ranker other than λ: `train_probe()` trains the probe at k = 0 (probe tasks), then the
+    ranker scores the heads; writes sorted_heads.json and head_scores.csv. The model stays stock afterwards (every
+    gate 0), for the evaluation that follows."""
+    model = trainer.model
+    set_gates(model, {})  # the stock model: the probe trains (and the run evaluates) at k = 0
+    if task.kind != "lm":
+        train_probe()
+    model.eval()
+    batches = ranking_batches(trainer)
+    units = ranking_units(model.config, model_args)
+    objective = Objective(model, batches, task.kind, model_args.ranker_loss)
+    options = {"reuse_prefix": model_args.loo_prefix_cache}
+    if model_args.ranker == "gates":
+        steps = training_args.max_steps if training_args.max_steps > 0 else math.ceil(
+            training_args.num_train_epochs * len(batches))
+        options.update(steps=steps, learning_rate=model_args.lambda_learning_rate or 0.02, l1=model_args.gates_l1,
+                       log=_gate_logger(steps))
+    stage(f"ranking {len(units)} {'K/V groups' if len(units) < sum(len(u) for u in units) else 'heads'} with "
+          f"{model_args.ranker} on {objective.num_examples} training examples ({model_args.ranker_loss} loss)")
+    scored = rank(model_args.ranker, objective, units, **options)
+    set_gates(model, {})
+    if trainer.is_world_process_zero():
+        write_ranking(scored, model, training_args.output_dir)
+        stage(f"wrote sorted_heads.json and head_scores.csv to {training_args.output_dir}")
+    return scored
+
+
+def _gate_logger(steps):
+    every = max(1, steps // 10)
+
+    def log(step, loss, alpha):
+        if step % every == 0 or step == steps - 1:
+            stage(f"gates step {step + 1}/{steps}: loss {loss:.4f}, α from {float(alpha.min()):.3f} to "
+                  f"{float(alpha.max()):.3f}")
+    return log
