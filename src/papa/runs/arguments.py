@@ -109,6 +109,12 @@ class ModelArguments:
     rank_kv_groups: bool = field(default=False, metadata={
         "help": "Rank a decoder's K/V groups as units (all query heads of a group together: only then do its K "
                 "projection and K cache go); lambda and gates rank a group by its heads' mean."})
+    ranker_steps: int | None = field(default=None, metadata={
+        "help": "--ranker gates: training steps of the gates (default: --max_steps, else --num_train_epochs over the "
+                "ranking data)."})
+    ranker_max_samples: int | None = field(default=None, metadata={
+        "help": "The ranking run ranks on the first N training examples only (the probe of a probe task still trains "
+                "on all of them)."})
     loo_prefix_cache: bool = field(default=True, metadata={
         "help": "--ranker loo / iterative: compute the blocks below a head's layer once per batch and reuse them "
                 "(false: every replacement runs the whole model; the same scores, slower)."})
@@ -119,11 +125,14 @@ class ModelArguments:
             self.token = True  # huggingface_hub: True = the stored token
         if self.ranker != "lambda" and not self.sort_calculating:
             raise PapaError(f"--ranker {self.ranker} ranks heads in a ranking run: add --sort_calculating True")
-        if self.ranker_loss == "distill" and self.ranker in ("taylor", "iterative_taylor", "lambda"):
+        if self.sort_calculating and self.ranker_loss == "distill" and self.ranker in ("taylor", "iterative_taylor",
+                                                                                      "lambda"):
             raise PapaError(f"--ranker_loss distill has no signal for --ranker {self.ranker} (lambda trains on the "
                             "task's loss; taylor's gradient of the distillation loss is 0 at the stock model): drop "
                             "it or use loo, iterative or gates")
         check_positive(self.lambda_learning_rate, "--lambda_learning_rate")
+        check_positive(self.ranker_max_samples, "--ranker_max_samples")
+        check_positive(self.ranker_steps, "--ranker_steps")
         if self.gates_l1 < 0:
             raise PapaError(f"--gates_l1 must be 0 or more; got {self.gates_l1}")
 

@@ -129,9 +129,12 @@ class LambdaSpread(TrainerCallback):
 # ----------------------------------------------------------------------------- the other rankers
 
 
-def ranking_batches(trainer):
-    """The ranking data: the training split in order, as the evaluation loop batches it, on the model's device."""
-    loader = trainer.get_eval_dataloader(trainer.train_dataset)
+def ranking_batches(trainer, max_samples=None):
+    """The ranking data: the training split (its first `max_samples`) in order, as the evaluation loop batches it,
+    on the model's device."""
+    data = trainer.train_dataset
+    data = data if max_samples is None else data.select(range(min(max_samples, len(data))))
+    loader = trainer.get_eval_dataloader(data)
     return [trainer._prepare_inputs(batch) for batch in loader]
 
 
@@ -144,13 +147,13 @@ def rank_heads(trainer, task, model_args, training_args, train_probe):
     if task.kind != "lm":
         train_probe()
     model.eval()
-    batches = ranking_batches(trainer)
+    batches = ranking_batches(trainer, model_args.ranker_max_samples)
     units = ranking_units(model.config, model_args)
     objective = Objective(model, batches, task.kind, model_args.ranker_loss)
     options = {"reuse_prefix": model_args.loo_prefix_cache}
     if model_args.ranker == "gates":
-        steps = training_args.max_steps if training_args.max_steps > 0 else math.ceil(
-            training_args.num_train_epochs * len(batches))
+        steps = model_args.ranker_steps or (training_args.max_steps if training_args.max_steps > 0 else math.ceil(
+            training_args.num_train_epochs * len(batches)))
         options.update(steps=steps, learning_rate=model_args.lambda_learning_rate or 0.02, l1=model_args.gates_l1,
                        log=_gate_logger(steps))
     stage(f"ranking {len(units)} {'K/V groups' if len(units) < sum(len(u) for u in units) else 'heads'} with "

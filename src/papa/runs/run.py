@@ -366,6 +366,9 @@ def run_probing(task, model_args, data_args, training_args):
     elif training_args.do_train:
         if ranker == "lambda":
             prepare_lambda_training(trainer, model_args)
+            if model_args.ranker_max_samples is not None:  # λ trains on the ranking data alone
+                trainer.train_dataset = data["train"].select(range(min(model_args.ranker_max_samples,
+                                                                       len(data["train"]))))
         units = ranking_units(config, model_args) if ranker else None
         train_and_save(trainer, tokenizer, units, training_args, checkpoint)
     if training_args.do_eval:

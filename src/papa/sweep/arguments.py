@@ -4,6 +4,7 @@ know are passed through to the training runs."""
 
 from dataclasses import dataclass, field
 
+from ..method.rankers import RANKERS
 from ..runs.arguments import SWEEP_CONTROLS, parse_dataclasses
 from ..errors import PapaError, check_positive, check_seed, check_writable_folder
 
@@ -35,6 +36,27 @@ class SweepArguments:
                                            "attend only to the first token), trained_constant (the constant "
                                            "matrices trained with the probe on the task's loss, from the "
                                            "averages)."})
+    ranker: list[str] | None = field(default=None, metadata={
+        "nargs": "+", "choices": RANKERS, "help": "How the heads are ranked (papa.method.rankers; run_papa_glue.py "
+        "--ranker): lambda (the original's trained mixing weights; default), gates, taylor, loo, iterative, "
+        "iterative_taylor. Several rank side by side: the first ranks PAPA's runs (sort/, k_<k>/), each other one "
+        "its own (sort_<name>/, <name>_k_<k>/), compared with PAPA and with the random orders in the results."})
+    random_orders: int = field(default=1, metadata={
+        "help": "Random orders of the heads to compare the rankers with (with the random_order control, or when "
+                "N > 1, which adds it): order 1 is random_order/, order i random_order_<i>/ (seeded by --seed and "
+                "i); their spread and each ranker's differences from each order and from their mean are reported."})
+    ranker_max_samples: int | None = field(default=None, metadata={
+        "help": "The ranking runs other than lambda rank on the first N training examples only (loo and iterative "
+                "cost a forward per head; a probe still trains on all of --max_train_samples; λ trains on them all)."})
+    ranker_steps: int | None = field(default=None, metadata={
+        "help": "Training steps of the gates ranker (default: --sort_num_train_epochs over its ranking data)."})
+    ranker_loss: str = field(default="task", metadata={
+        "choices": ("task", "distill"), "help": "The loss of the rankers other than lambda: the task's, or "
+        "distill (KL from the stock model's outputs)."})
+    rank_kv_groups: bool = field(default=False, metadata={
+        "help": "Rank a decoder's K/V groups as units (every ranker)."})
+    lambda_learning_rate: float | None = field(default=None, metadata={
+        "help": "Learning rate of λ (lambda) and of the gates (gates; default 0.02)."})
     train_file: str | None = field(default=None, metadata={"help": "Training file, passed to every stage."})
     validation_file: str | None = field(default=None, metadata={"help": "Validation file, passed to the training runs."})
     output_dir: str | None = field(default=None, metadata={
@@ -133,6 +155,17 @@ class SweepArguments:
             if isinstance(value, (list, tuple)):
                 setattr(self, name, value[0] if len(value) == 1 else list(dict.fromkeys(value)))
         self.controls = list(dict.fromkeys(self.controls or []))
+        self.ranker = list(dict.fromkeys(self.ranker or ["lambda"]))
+        if isinstance(self.random_orders, bool) or self.random_orders < 1:
+            raise PapaError(f"--random_orders must be 1 or more; got {self.random_orders}")
+        check_positive(self.ranker_max_samples, "--ranker_max_samples")
+        check_positive(self.ranker_steps, "--ranker_steps")
+        check_positive(self.lambda_learning_rate, "--lambda_learning_rate")
+        bad = [r for r in self.ranker if r in ("taylor", "iterative_taylor")]
+        if self.ranker_loss == "distill" and bad:
+            raise PapaError(f"--ranker_loss distill has no signal for {', '.join(bad)} (taylor's gradient of "
+                            "distillation is 0 at the stock model): rank with loo, iterative or gates, or drop "
+                            "--ranker_loss distill")
 
     @property
     def task_names(self):

@@ -47,7 +47,23 @@ class Control:
     legend: str  # what its column means, under the results' controls table
 
 
-CONTROLS = {c.name: c for c in (
+class _Registry(dict):
+    """The controls by name; besides the six fixed ones, the orderings a sweep adds (papa.sweep.orderings): a ranker's
+    `ranker_<name>` and the random orders `random_order_<i>` (i ≥ 2; order 1 is `random_order`)."""
+
+    def __missing__(self, name):
+        if name.startswith("ranker_"):
+            ranker = name[len("ranker_"):]
+            return Control(name, ranker, f"{ranker} ranking", f"ranked by {ranker}",
+                           f"the heads are taken in the order the {ranker} ranker found (sort_{ranker}/)")
+        if name.startswith("random_order_") and name[len("random_order_"):].isdigit():
+            i = int(name[len("random_order_"):])
+            return Control(name, f"random{i}", f"random order {i}", f"taken in random order {i}",
+                           f"the heads are taken in seeded random order {i} ({name}/)")
+        raise KeyError(name)
+
+
+CONTROLS = _Registry({c.name: c for c in (
     Control("uniform", "uniform", "uniform", "attend uniformly",
             "the replaced heads attend equally to every real token they may see (constant matrices of ones; a "
             "decoder's inside its causal band)"),
@@ -60,15 +76,20 @@ CONTROLS = {c.name: c for c in (
             "the replaced heads attend only to the first token"),
     Control("trained_constant", "trained", "trained constant", "attend with trained constant matrices",
             "the replaced heads' constant matrices train with the probe on the task's loss, from the averages"),
-)}
+)})
 assert tuple(CONTROLS) == SWEEP_CONTROLS
 
 UNIFORM_DIR, RANDOM_DIR = "uniform", "random_order"
 
 
+def is_ordering(control):
+    """A control that changes only the order of the heads: a random order or another ranker."""
+    return control == "random_order" or control.startswith(("random_order_", "ranker_"))
+
+
 def shares_papa_run(control, k, total_heads):
-    """True when the control at k is PAPA's own run: no head replaced, or (random order) all of them."""
-    return k == 0 or (control == "random_order" and k == total_heads)
+    """True when the control at k is PAPA's own run: no head replaced, or (an ordering) all of them."""
+    return k == 0 or (is_ordering(control) and k == total_heads)
 
 
 def run_folder(control, k, total_heads, seed=None):
@@ -80,10 +101,21 @@ def run_folder(control, k, total_heads, seed=None):
     return f"{CONTROLS[control].prefix}_k_{k}{suffix}"
 
 
-def random_order(layers, heads, seed):
-    """Every head [layer, head] once, in the order of a seeded random permutation."""
-    order = np.random.default_rng(seed).permutation(layers * heads)
+def random_order(layers, heads, seed, index=1):
+    """Every head [layer, head] once, in the order of a seeded random permutation: order 1 from the seed alone (the
+    random_order control's), order i from the pair (seed, i)."""
+    order = np.random.default_rng(seed if index == 1 else [seed, index]).permutation(layers * heads)
     return [[int(i // heads), int(i % heads)] for i in order]
+
+
+def random_order_dir(index):
+    """The folder of random order `index` (1: random_order/, the control's)."""
+    return RANDOM_DIR if index == 1 else f"{RANDOM_DIR}_{index}"
+
+
+def random_order_index(control):
+    """1 for random_order, i for random_order_<i>."""
+    return 1 if control == "random_order" else int(control[len("random_order_"):])
 
 
 def write_artifacts(output_dir, controls, layers, heads, seq_len, seed, causal=False):
@@ -96,11 +128,16 @@ def write_artifacts(output_dir, controls, layers, heads, seq_len, seed, causal=F
             save_tensor(packed_record(torch.ones(layers, heads, triangle_size(seq_len)), seq_len), path)
         else:
             save_tensor(torch.ones(layers, heads, seq_len, seq_len), path)
-    if "random_order" in controls:
-        folder = os.path.join(output_dir, RANDOM_DIR)
-        save_json(random_order(layers, heads, seed), os.path.join(folder, "sorted_heads.json"))
-        save_json({"seed": seed, "order": "numpy.random.default_rng(seed).permutation(layers * heads); "
-                                          "head i is [i // heads, i % heads]", "layers": layers, "heads": heads},
+    for control in controls:
+        if control != "random_order" and not control.startswith("random_order_"):
+            continue
+        index = random_order_index(control)
+        folder = os.path.join(output_dir, random_order_dir(index))
+        save_json(random_order(layers, heads, seed, index), os.path.join(folder, "sorted_heads.json"))
+        drawn = "seed" if index == 1 else f"[seed, {index}]"
+        save_json({"seed": seed, "index": index,
+                   "order": f"numpy.random.default_rng({drawn}).permutation(layers * heads); head i is "
+                            "[i // heads, i % heads]", "layers": layers, "heads": heads},
                   os.path.join(folder, "random_order.json"), indent=2)
 
 
@@ -132,14 +169,26 @@ def control_setups(plan, seed):
     }
 
 
+def control_setup(plan, seed, name):
+    """The Setup of control `name` for the runs of `seed`: a fixed control's, or an ordering's."""
+    out, avgs_dir = plan.output_dir, os.path.join(plan.output_dir, "avgs")
+    avgs = os.path.join(avgs_dir, "avgs.pt")
+    if name.startswith("ranker_"):
+        folder = plan.ranking_folder(seed, name[len("ranker_"):])
+        return Setup(avgs_dir, folder, [avgs, os.path.join(folder, "sorted_heads.json")])
+    if name.startswith("random_order_"):
+        folder = os.path.join(out, random_order_dir(random_order_index(name)))
+        return Setup(avgs_dir, folder, [avgs, os.path.join(folder, "sorted_heads.json")])
+    return control_setups(plan, seed)[name]
+
+
 def control_stages(plan, probing):
     """The controls' probing stages, after PAPA's, per seed: `probing(name, description, k, static_dir, sort_dir,
     inputs, extra_flags, seed, tag, train_constants)` builds one (papa.sweep.run.make_stages)."""
     stages = []
     for seed, tag in plan.seed_runs:
-        setups = control_setups(plan, seed)
         for name in plan.controls:
-            control, setup = CONTROLS[name], setups[name]
+            control, setup = CONTROLS[name], control_setup(plan, seed, name)
             for k in plan.ks:
                 if not shares_papa_run(name, k, plan.total_heads):
                     stages.append(probing(run_folder(name, k, plan.total_heads, tag),

@@ -56,7 +56,7 @@ RESERVED_FLAGS = {
     "--output_dir", "--static_heads_dir", "--sorting_heads_dir", "--static_heads_num", "--sort_calculating",
     "--grad_for_classifier_only", "--grad_for_classifier_and_static_only", "--do_train", "--do_eval",
     "--task_name", "--model_name_or_path", "--use_freeze_extract_pooler", "--use_papa_preprocess",
-    "--max_seq_length", "--data_dir", "--train_file", "--validation_file", "--replace_heads_with",
+    "--max_seq_length", "--data_dir", "--train_file", "--validation_file", "--replace_heads_with", "--ranker",
 }
 
 

@@ -17,6 +17,7 @@ prints as `-1.3% [-2.1, -0.4]*` (* the interval excludes 0).
 
 import csv
 import io
+import itertools
 import math
 import os
 from dataclasses import dataclass, field
@@ -24,10 +25,11 @@ from dataclasses import dataclass, field
 from ..errors import PapaError
 from ..io import load_json_object, save_text
 from .aggregate import add_intervals, merge_seeds, per_seed_rows
-from .claims import claims, claims_markdown
+from . import orderings
+from .claims import claims, claims_markdown, half_k
 from .differences import DIFF_PREFIX, add_differences, difference_column, differences_markdown
 from .intervals import change_text
-from .stability import read_ranking, seed_stability, stability_markdown, write_stability
+from .stability import kendall_tau, read_ranking, seed_stability, stability_markdown, write_stability
 from .controls import CONTROLS, run_folder
 from .stages import STAMP
 
@@ -296,6 +298,7 @@ def write_results(plan, model_name, stages=()):
     distributions, notes = add_intervals(columns, rows, plan)
     main = f"eval_{task.main_metrics[0]}"
     add_differences(columns, rows, distributions, plan.controls, [f"eval_{m}" for m in task.main_metrics])
+    orderings.add_ordering_differences(columns, rows, distributions, plan, [f"eval_{m}" for m in task.main_metrics])
     save_text(results_csv(columns, rows), os.path.join(output_dir, "results.csv"))
     save_text(results_csv(*per_seed_rows(tables)), os.path.join(output_dir, "results_per_seed.csv"))
     title = f"PAPA sweep: {model_name} on {task.name}"
@@ -310,9 +313,13 @@ def write_results(plan, model_name, stages=()):
     if plan.controls:
         markdown += "\n" + controls_markdown(rows, task, plan.controls)
         markdown += "\n" + differences_markdown(rows, main, plan.controls, labels, total_heads)
-    markdown += "\n" + claims_markdown([((), claims(rows, main, total_heads))])
     rankings = {s: r for s in plan.ranking_seeds if (r := read_ranking(plan.ranking_folder(s))) is not None}
     stability = seed_stability(task.name, rankings, plan.ks) if len(rankings) > 1 else []
+    several = len(plan.rankers) > 1 or len(orderings.random_orders_in(plan)) > 1
+    if several:
+        markdown += "\n" + orderings.orderings_markdown(rows, plan, main, ranker_taus(plan))
+    best = orderings.best_ranker(rows, plan, main, half_k(total_heads)) if several else None
+    markdown += "\n" + claims_markdown([((), claims(rows, main, total_heads, best))])
     write_stability(stability, output_dir)
     if stability:
         markdown += "\n" + stability_markdown(stability, "seeds")
@@ -328,8 +335,9 @@ def write_results(plan, model_name, stages=()):
     plots.plot_results([r["k"] for r in rows], [r.get(main) for r in rows], main[len("eval_"):], total_heads,
                        title, os.path.join(output_dir, "results.png"), chance=task.chance, controls=lines,
                        bands=bands, lower_is_better=task.direction(main) < 0)
-    plots.plot_lambdas([os.path.join(plan.ranking_folder(s), "lambdas.npy") for s in plan.ranking_seeds],
-                       os.path.join(output_dir, "lambdas.png"), f"Ranking run λ: {model_name} on {task.name}")
+    if plan.rankers[0] == "lambda":
+        plots.plot_lambdas([os.path.join(plan.ranking_folder(s), "lambdas.npy") for s in plan.ranking_seeds],
+                           os.path.join(output_dir, "lambdas.png"), f"Ranking run λ: {model_name} on {task.name}")
     if plan.controls:
         columns_of = {labels[c]: difference_column(c, main) for c in plan.controls}
         plots.plot_differences([r["k"] for r in rows], {
@@ -340,6 +348,17 @@ def write_results(plan, model_name, stages=()):
                                  os.path.join(output_dir, "constant_matrices.png"),
                                  f"Constant matrices (avgs.pt) of the top-ranked heads: {model_name} on {task.name}")
     return Results(columns, rows, markdown, warning, samples, distributions, len(tables), rankings)
+
+
+def ranker_taus(plan):
+    """{ranker: the mean Kendall τ between its seeds' rankings}, for the rankers ranked per seed."""
+    taus = {}
+    for ranker in plan.rankers:
+        found = {s: r for s in plan.ranking_seeds if (r := read_ranking(plan.ranking_folder(s, ranker))) is not None}
+        pairs = [kendall_tau(found[a][0], found[b][0]) for a, b in itertools.combinations(sorted(found), 2)]
+        if pairs:
+            taus[ranker] = sum(pairs) / len(pairs)
+    return taus
 
 
 def metric_band(rows, change_column, metric, direction=1):

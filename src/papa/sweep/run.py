@@ -26,7 +26,7 @@ from ..io import save_json
 from ..models.modeling import default_model_path, local_model_path
 from ..data.tasks import KINDS
 from ..data.tokenized_cache import CACHE_ENV
-from . import controls
+from . import controls, orderings
 from .child import start_fork_server
 from .defaults import averaging_flags, check_passthrough, default_static_heads_nums, task_defaults
 from .launchers import check_launcher, make_launcher, run_scheduled, sweep_tasks
@@ -57,6 +57,8 @@ class Plan:
     seeds: tuple | None = None  # --seeds: a probing run per seed, in <run>_seed_<s>/; None: today's layout
     rank_per_seed: bool = False  # a ranking run per seed (sort_seed_<s>/) instead of one with the first seed
     bootstrap_samples: int = 1000
+    rankers: tuple = ("lambda",)  # --ranker: the first ranks PAPA's runs (sort/), the others are orderings
+    ranker_flags: tuple = ()  # ((ranker, flags of its ranking runs beyond --sort_calculating), ...)
 
     @property
     def total_heads(self):
@@ -68,9 +70,11 @@ class Plan:
         without --seeds, whose runs keep the plain k_<k>/ folders."""
         return [(self.seed, None)] if self.seeds is None else [(s, s) for s in self.seeds]
 
-    def ranking_folder(self, seed):
-        """The ranking run whose sorted_heads.json the runs of `seed` read."""
-        return os.path.join(self.output_dir, f"sort_seed_{seed}" if self.rank_per_seed else "sort")
+    def ranking_folder(self, seed, ranker=None):
+        """The ranking run whose sorted_heads.json the runs of `seed` read: the first ranker's (sort/), or
+        `ranker`'s (sort_<ranker>/); _seed_<s> with --rank_per_seed."""
+        name = "sort" if ranker in (None, self.rankers[0]) else f"sort_{ranker}"
+        return os.path.join(self.output_dir, f"{name}_seed_{seed}" if self.rank_per_seed else name)
 
     @property
     def ranking_seeds(self):
@@ -138,7 +142,8 @@ def make_plan(args, task):
         per_device_eval_batch_size=defaults["per_device_eval_batch_size"],
         avgs_batch_size=defaults["avgs_batch_size"],
         evaluation_strategy=defaults["evaluation_strategy"],
-        controls=tuple(args.controls),
+        controls=orderings.sweep_controls(args),
+        rankers=tuple(args.ranker), ranker_flags=tuple(orderings.ranker_flags(args).items()),
         seed=args.seed, seeds=None if args.seeds is None else tuple(args.seeds), rank_per_seed=args.rank_per_seed,
         bootstrap_samples=args.bootstrap_samples,
     )
@@ -213,15 +218,16 @@ def make_stages(plan, args, passthrough):
         Stage("avgs", f"averaging attention over the {plan.task.name} training set (T={plan.max_seq_length})",
               avgs_dir, avgs_module, avgs_script, avgs_args, [], avgs_outputs),
     ]
-    for seed in plan.ranking_seeds:
-        sort_dir = plan.ranking_folder(seed)
-        shown = f", seed {seed}" if plan.rank_per_seed else ""
-        stages.append(Stage(os.path.basename(sort_dir),
-                            f"ranking heads (λ mixing run, {_epochs(plan.sort_num_train_epochs)}{shown})", sort_dir,
-                            train_module, train_script,
-                            training_args(sort_dir, plan.sort_num_train_epochs, ["--sort_calculating", "True"],
-                                          seed=seed),
-                            [avgs_pt], ["lambdas.npy", "sorted_heads.json", "eval_results.json"]))
+    for ranker in plan.rankers:
+        for seed in plan.ranking_seeds:
+            sort_dir = plan.ranking_folder(seed, ranker)
+            shown = f", seed {seed}" if plan.rank_per_seed else ""
+            flags = ["--sort_calculating", "True", *dict(plan.ranker_flags).get(ranker, ())]
+            stages.append(Stage(os.path.basename(sort_dir),
+                                f"ranking heads ({orderings.describe(ranker, _epochs(plan.sort_num_train_epochs))}"
+                                f"{shown})", sort_dir, train_module, train_script,
+                                training_args(sort_dir, plan.sort_num_train_epochs, flags, seed=seed),
+                                [avgs_pt], orderings.ranking_outputs(ranker)))
     for seed, tag in plan.seed_runs:
         sort_dir = plan.ranking_folder(seed)
         sorted_json = os.path.join(sort_dir, "sorted_heads.json")
@@ -259,7 +265,8 @@ def save_sweep_json(plan, args, passthrough):
                "max_seq_length": plan.max_seq_length, "num_train_epochs": plan.num_train_epochs,
                "sort_num_train_epochs": plan.sort_num_train_epochs, "learning_rate": plan.learning_rate,
                "per_device_train_batch_size": plan.per_device_train_batch_size, "seed": args.seed,
-               "controls": list(plan.controls), "probe": args.probe, "extra_args": passthrough,
+               "controls": list(plan.controls), "rankers": list(plan.rankers), "probe": args.probe,
+               "extra_args": passthrough,
                **({} if plan.seeds is None else {"seeds": list(plan.seeds), "rank_per_seed": plan.rank_per_seed})},
               os.path.join(plan.output_dir, "sweep.json"), indent=2)
 
@@ -281,7 +288,8 @@ def prepare_sweep(args, task, passthrough=()):
     check_passthrough(passthrough)
     plan = make_plan(args, task)
     stages = make_stages(plan, args, passthrough)
-    check_training_flags(stages[1])
+    for ranker in plan.rankers:  # each ranker's first ranking stage
+        check_training_flags(next(s for s in stages if s.folder == plan.ranking_folder(plan.ranking_seeds[0], ranker)))
     return Prepared(args, plan, stages, passthrough, model_display_name(args.model_name_or_path))
 
 

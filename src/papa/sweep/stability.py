@@ -27,11 +27,20 @@ FILE = "ranking_stability.csv"
 
 
 def read_ranking(folder):
-    """(λ [L, H], sorted_heads [[layer, head], ...]) of a ranking run's folder, or None when it has not run."""
+    """(scores [L, H], sorted_heads [[layer, head], ...]) of a ranking run's folder, or None when it has not run:
+    λ for the λ ranker (lambdas.npy), each head's rank in sorted_heads.json for the others (papa.method.rankers)."""
     lambdas, ranking = os.path.join(folder, "lambdas.npy"), os.path.join(folder, "sorted_heads.json")
-    if not (os.path.isfile(lambdas) and os.path.isfile(ranking)):
+    if not os.path.isfile(ranking) or not (os.path.isfile(lambdas) or
+                                           os.path.isfile(os.path.join(folder, "head_scores.csv"))):
         return None
-    return np.load(lambdas), load_json(ranking, f"delete {folder} to redo the ranking run")
+    order = load_json(ranking, f"delete {folder} to redo the ranking run")
+    if os.path.isfile(lambdas):
+        return np.load(lambdas), order
+    layers, heads = max(l for l, _ in order) + 1, max(h for _, h in order) + 1
+    positions = np.zeros((layers, heads))
+    for rank, (layer, head) in enumerate(order):
+        positions[layer, head] = rank
+    return positions, order
 
 
 def kendall_tau(x, y):

@@ -258,7 +258,7 @@ def summary_markdown(outcomes):
     for model, pairs in by_model.items():
         lines += model_markdown(model, pairs)
     if any(o.controls for o in outcomes):
-        lines += grid_differences_markdown(by_model, half_k, {c: CONTROLS[c].label for c in CONTROLS})
+        lines += grid_differences_markdown(by_model, half_k, {c: CONTROLS[c].label for o in outcomes for c in o.controls})
     done = [o for o in outcomes if o.results is not None]
     several = len(by_model) > 1
     lines += claims_markdown([((o.model, o.task.name) if several else (o.task.name,),
