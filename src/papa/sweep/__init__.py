@@ -8,6 +8,7 @@
                  trained_constant
     results.py   eval_results.json of every k → results.csv, results.md, the figures
     intervals.py, aggregate.py   the paired bootstrap; the seeds' tables merged with their intervals
+    orderings.py several rankers and random orders: each ranker against each order and their mean
     differences.py  each control's paired difference from PAPA;  claims.py  the paper's claims as a table
     stability.py the rankings' agreement between seeds and between tasks (ranking_stability.csv)
     compare.py   papa-compare: the paired difference between two finished sweeps
