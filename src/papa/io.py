@@ -39,6 +39,30 @@ def current_umask():
     return mask
 
 
+def missing_folders(path):
+    """The folders on the way to `path` (itself included) that do not exist yet, outermost first."""
+    missing, path = [], os.path.abspath(os.fspath(path))
+    while not os.path.exists(path) and os.path.dirname(path) != path:
+        missing.insert(0, path)
+        path = os.path.dirname(path)
+    return missing
+
+
+@contextmanager
+def removed_on_failure(path, keep=lambda folder: False):
+    """Run a block that makes folder `path`; if it raises, remove the outermost folder on the way that the block
+    made, unless keep(that folder) (it holds work worth resuming): a failed command leaves no folder it created.
+    Yields a list that holds the removed folder once it is removed."""
+    created, removed = missing_folders(path), []
+    try:
+        yield removed
+    except Exception:
+        if created and os.path.isdir(created[0]) and not keep(created[0]):
+            shutil.rmtree(created[0], ignore_errors=True)
+            removed.append(created[0])
+        raise
+
+
 @contextmanager
 def atomic_path(path):
     """Yield a temp path beside `path`; on success rename it over `path`, on failure delete it."""
