@@ -2,7 +2,8 @@
 
 A file (`atomic_path`, the save_* helpers): written to a temp file in the same folder, then
 `os.replace`d over the target, so a run killed mid-write leaves either the previous file or none,
-never a truncated `avgs.pt` or `sorted_heads.json` that looks valid.
+never a truncated `avgs.pt` or `sorted_heads.json` that looks valid. Whatever lands follows the user's umask
+(`follow_umask`: files 0666 & ~umask, folders 0777 & ~umask), as HF's own writes do, not tempfile's 0600 / 0700.
 
 Files that a library writes into a folder (a model's config.json and model.safetensors, a
 tokenizer's files: `atomic_files`): written into a temp folder `<folder>/.tmp-*`, then moved into
@@ -37,6 +38,22 @@ def current_umask():
     mask = os.umask(0o022)  # no way to read it but to set it: put it back at once
     os.umask(mask)
     return mask
+
+
+def follow_umask(path):
+    """Give `path` (a file, or a folder and all under it) the modes a plain open() / os.makedirs would: files
+    0666 & ~umask, folders 0777 & ~umask. tempfile makes 0600 files and 0700 folders, and some libraries
+    (safetensors) write 0600: on a shared machine a group must be able to read a lab's models and caches, as
+    HF's own files (written with the user's umask)."""
+    umask = current_umask()
+    path = os.fspath(path)
+    if not os.path.isdir(path):
+        os.chmod(path, 0o666 & ~umask)
+        return
+    for folder, _, files in os.walk(path):
+        os.chmod(folder, 0o777 & ~umask)
+        for name in files:
+            os.chmod(os.path.join(folder, name), 0o666 & ~umask)
 
 
 def missing_folders(path):
@@ -75,7 +92,7 @@ def atomic_path(path):
         yield tmp
         with open(tmp, "rb+") as f:
             os.fsync(f.fileno())
-        os.chmod(tmp, 0o666 & ~current_umask())  # mkstemp makes 0600 files; give the usual permissions
+        follow_umask(tmp)  # mkstemp makes 0600 files; give the usual permissions
         os.replace(tmp, path)
     finally:
         if os.path.exists(tmp):
@@ -99,6 +116,7 @@ def atomic_files(folder):
             if os.path.isfile(os.path.join(tmp, name)):
                 with open(os.path.join(tmp, name), "rb+") as f:
                     os.fsync(f.fileno())
+            follow_umask(os.path.join(tmp, name))  # what a library wrote 0600 (safetensors) gets the usual modes
         for name in names:
             os.replace(os.path.join(tmp, name), os.path.join(folder, name))
     finally:
