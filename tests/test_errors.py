@@ -41,7 +41,7 @@ def expect_error(capsys, monkeypatch, tmp_path):
         assert code == 2, err
         assert "Traceback" not in err and len(lines) == 1, err
         assert any(re.search(pattern, line) for line in lines), err
-        assert not out.exists() or not any(out.iterdir()), list(out.iterdir())
+        assert not out.exists(), list(out.iterdir())  # a failed command leaves no folder it made
         return lines[0]
 
     return check
@@ -153,7 +153,7 @@ def test_mode_and_model_errors(expect_error, tmp_path, cola_dir):
     expect_error("run_papa_glue.py", ["--task_name", "cola", "--data_dir", cola_dir], r"--do_train")
     expect_error("run_papa_glue.py", probing_args(cola_dir, "--not_a_flag", "1"), r"not_a_flag")
     expect_error("run_papa_glue.py", probing_args(cola_dir, "--model_name_or_path", tmp_path / "no_model"),
-                 r"no_model'?: there is no such folder; pass a model folder or a hub name")
+                 r"no such folder: .*no_model \(--model_name_or_path")
     expect_error("run_papa_glue.py", probing_args(cola_dir, "--max_train_samples", "0"), r"--max_train_samples must be positive")
     expect_error("run_papa_glue_avgs_creator.py", ["--task_name", "cola", "--data_dir", cola_dir, "--max_length", "0"],
                  r"--max_length must be positive")
@@ -344,7 +344,7 @@ def test_a_model_path_to_nowhere_is_said_before_the_data_is_read(expect_error, t
     missing model folder is said first."""
     extra = ["--do_eval"] if script == "run_papa_glue.py" else []
     expect_error(script, ["--model_name_or_path", tmp_path / "nowhere", "--task_name", "cola", *extra],
-                 r"cannot load model '.*nowhere': there is no such folder")
+                 r"no such folder: .*nowhere \(--model_name_or_path")
 
 
 def test_the_data_root_works_in_the_single_scripts(shared_data, tmp_path, capsys, monkeypatch):

@@ -76,19 +76,22 @@ def test_one_task_keeps_its_data_dir(tmp_path):
 
 def test_bad_grid_input_stops_before_any_stage(tmp_path):
     out = tmp_path / "out"
+    for folder in ("a/m", "b/m"):
+        (tmp_path / folder).mkdir(parents=True)
     cases = [
         (["--task_name", "repeat", "nope"], "unknown task 'nope'"),
         (["--task_name", "repeat", "cola", "--train_file", str(tmp_path / "t.tsv")], "--train_file names one task's"),
         (["--model_name_or_path", str(tmp_path / "a" / "m"), str(tmp_path / "b" / "m")], "share the folder 'm'"),
         (["--task_name", "repeat", "rte", "--data_dir", str(make_root(tmp_path))], "has no folder for rte"),
         (["--model_name_or_path", str(tmp_path / "missing"), "bundled", "--task_name", "repeat"],
-         "missing x repeat: cannot load the config"),
+         "no such folder: .*missing"),
+        (["--model_name_or_path", str(tmp_path), "bundled", "--task_name", "repeat"],
+         f"{tmp_path.name} x repeat: cannot load the config"),
         (["--task_name", "repeat", "cola", "--static_heads_nums", "0", "99"], "outside 0..72"),
     ]
     for argv, message in cases:
-        args, passthrough = parse_sweep_args(["--output_dir", str(out), *argv])
         with pytest.raises(PapaError, match=message):
-            run_grid(args, passthrough)
+            run_grid(*parse_sweep_args(["--output_dir", str(out), *argv]))
         assert not out.exists()
     assert model_folder_name(None) == MODEL and model_folder_name("org/bert-base/") == "bert-base"
 

@@ -136,3 +136,15 @@ def test_json_is_read_back_in_one_place():
     readers = [str(path.relative_to(SRC)) for path in SRC.rglob("*.py")
                if path.name != "io.py" and re.search(r"\bjson\.load\(", path.read_text())]
     assert not readers, f"read JSON through papa.io.load_json / load_json_object instead: {readers}"
+
+
+def test_sentence_transformers_is_never_imported():
+    """It comes in only as the bundled MiniLM package's declared dependency (requirements.txt says why); papa reads
+    that package's model folder and imports nothing of sentence-transformers."""
+    users = [str(path.relative_to(SRC)) for path in SRC.rglob("*.py")
+             if re.search(r"^\s*(import|from)\s+sentence_transformers\b", path.read_text(), flags=re.M)]
+    assert not users
+    probe = ("import sys, papa, papa.models.bundled\n"
+             "papa.default_model_path()\n"
+             "assert not any(m.startswith('sentence_transformers') for m in sys.modules)\n")
+    subprocess.run([sys.executable, "-c", probe], check=True)

@@ -1,13 +1,18 @@
 """What the scripts print, alone and under the sweep.
 
 Run by a user, a script prints `[papa]` stage lines, progress bars and the Trainer's metric logs,
-as HF's example scripts do. Run by the sweep (which sets PAPA_PROGRESS=1 for its stages), it draws
+as HF's example scripts do. Bars and colour are for a terminal: with stderr redirected (a file, a pipe) no bar is
+drawn (the Trainer's metric logs still print) and transformers' log lines lose their colour codes (its load report
+writes them whatever the stream, against its own isatty convention). Run by the sweep (which sets PAPA_PROGRESS=1 for its stages), it draws
 no bars and silences the libraries' load reports and warnings; its progress goes out as
 `[papa-progress] done/total` lines, which the sweep turns into its own one-line bar and keeps out
 of the stage's log.txt.
 """
 
+import logging
 import os
+import re
+import sys
 import warnings
 
 PROGRESS_ENV = "PAPA_PROGRESS"
@@ -22,18 +27,57 @@ def under_sweep():
     return os.environ.get(PROGRESS_ENV) == "1"
 
 
+def on_terminal():
+    """Whether stderr (where bars and logs go) is a terminal."""
+    return sys.stderr is not None and sys.stderr.isatty()
+
+
+def draws_bars():
+    return not under_sweep() and on_terminal()
+
+
+ANSI_CODES = re.compile(r"\x1b\[[0-9;]*m")
+
+
+class PlainText(logging.Filter):
+    """A log handler's filter: colour codes out of a record bound for a stream that is not a terminal."""
+
+    def __init__(self, handler):
+        super().__init__()
+        self.handler = handler
+
+    def filter(self, record):
+        stream = getattr(self.handler, "stream", None)
+        if not (stream is not None and hasattr(stream, "isatty") and stream.isatty()):
+            record.msg = ANSI_CODES.sub("", str(record.msg))
+        return True
+
+
+def plain_logs():
+    """transformers' handlers drop colour codes where they do not write to a terminal (idempotent)."""
+    import transformers
+
+    for handler in transformers.utils.logging.get_logger("transformers").handlers:
+        if not any(isinstance(f, PlainText) for f in handler.filters):
+            handler.addFilter(PlainText(handler))
+
+
 def setup_console():
-    """Call first in a script: quiet what says nothing useful (everything, under the sweep)."""
+    """Call first in a script: quiet what says nothing useful (everything, under the sweep); no bars and no colour
+    codes where stderr is not a terminal."""
     # a CPU-only machine has nothing to pin to; torch warns once per DataLoader
     warnings.filterwarnings("ignore", message="'pin_memory' argument is set as true", category=UserWarning)
-    if under_sweep():
-        import datasets
-        import transformers
+    if draws_bars():
+        return  # a user's terminal: HF's bars and colours as they are
+    import datasets
+    import transformers
 
+    plain_logs()
+    if under_sweep():
         transformers.utils.logging.set_verbosity_error()  # load reports ("MISSING ... newly initialized")
-        transformers.utils.logging.disable_progress_bar()
         datasets.utils.logging.set_verbosity_error()
-        datasets.disable_progress_bars()  # "Casting the dataset", "Tokenising"
+    transformers.utils.logging.disable_progress_bar()  # "Loading weights"
+    datasets.disable_progress_bars()  # "Casting the dataset", "Tokenising"
 
 
 def stage(message):
@@ -73,17 +117,19 @@ class _ReportedProgress:
 
 
 def progress_bar(total, desc, disable=False):
-    """A tqdm bar, or under the sweep an object that reports the same progress as marker lines."""
+    """A tqdm bar (none off a terminal), or under the sweep an object that reports the same progress as marker
+    lines."""
     if under_sweep():
         return _ReportedProgress(total)
     from tqdm.auto import tqdm
 
-    return tqdm(total=total, desc=desc, disable=disable)
+    return tqdm(total=total, desc=desc, disable=disable or not on_terminal())
 
 
 def quiet_trainer(trainer):
-    """Under the sweep: the Trainer's bar becomes marker lines; its metric logs still print (to log.txt)."""
-    if not under_sweep():
+    """Off a terminal the Trainer draws no bar (as with --disable_tqdm): its metric logs still print (to log.txt);
+    under the sweep its steps go out as marker lines."""
+    if draws_bars():
         return trainer
     from transformers.trainer_callback import PrinterCallback, ProgressCallback, TrainerCallback
 
@@ -93,5 +139,6 @@ def quiet_trainer(trainer):
 
     if trainer.pop_callback(ProgressCallback) is not None:
         trainer.add_callback(PrinterCallback)
-    trainer.add_callback(ReportSteps)
+    if under_sweep():
+        trainer.add_callback(ReportSteps)
     return trainer

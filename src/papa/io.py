@@ -2,7 +2,8 @@
 
 A file (`atomic_path`, the save_* helpers): written to a temp file in the same folder, then
 `os.replace`d over the target, so a run killed mid-write leaves either the previous file or none,
-never a truncated `avgs.pt` or `sorted_heads.json` that looks valid.
+never a truncated `avgs.pt` or `sorted_heads.json` that looks valid. Whatever lands follows the user's umask
+(`follow_umask`: files 0666 & ~umask, folders 0777 & ~umask), as HF's own writes do, not tempfile's 0600 / 0700.
 
 Files that a library writes into a folder (a model's config.json and model.safetensors, a
 tokenizer's files: `atomic_files`): written into a temp folder `<folder>/.tmp-*`, then moved into
@@ -39,6 +40,46 @@ def current_umask():
     return mask
 
 
+def follow_umask(path):
+    """Give `path` (a file, or a folder and all under it) the modes a plain open() / os.makedirs would: files
+    0666 & ~umask, folders 0777 & ~umask. tempfile makes 0600 files and 0700 folders, and some libraries
+    (safetensors) write 0600: on a shared machine a group must be able to read a lab's models and caches, as
+    HF's own files (written with the user's umask)."""
+    umask = current_umask()
+    path = os.fspath(path)
+    if not os.path.isdir(path):
+        os.chmod(path, 0o666 & ~umask)
+        return
+    for folder, _, files in os.walk(path):
+        os.chmod(folder, 0o777 & ~umask)
+        for name in files:
+            os.chmod(os.path.join(folder, name), 0o666 & ~umask)
+
+
+def missing_folders(path):
+    """The folders on the way to `path` (itself included) that do not exist yet, outermost first."""
+    missing, path = [], os.path.abspath(os.fspath(path))
+    while not os.path.exists(path) and os.path.dirname(path) != path:
+        missing.insert(0, path)
+        path = os.path.dirname(path)
+    return missing
+
+
+@contextmanager
+def removed_on_failure(path, keep=lambda folder: False):
+    """Run a block that makes folder `path`; if it raises, remove the outermost folder on the way that the block
+    made, unless keep(that folder) (it holds work worth resuming): a failed command leaves no folder it created.
+    Yields a list that holds the removed folder once it is removed."""
+    created, removed = missing_folders(path), []
+    try:
+        yield removed
+    except Exception:
+        if created and os.path.isdir(created[0]) and not keep(created[0]):
+            shutil.rmtree(created[0], ignore_errors=True)
+            removed.append(created[0])
+        raise
+
+
 @contextmanager
 def atomic_path(path):
     """Yield a temp path beside `path`; on success rename it over `path`, on failure delete it."""
@@ -51,7 +92,7 @@ def atomic_path(path):
         yield tmp
         with open(tmp, "rb+") as f:
             os.fsync(f.fileno())
-        os.chmod(tmp, 0o666 & ~current_umask())  # mkstemp makes 0600 files; give the usual permissions
+        follow_umask(tmp)  # mkstemp makes 0600 files; give the usual permissions
         os.replace(tmp, path)
     finally:
         if os.path.exists(tmp):
@@ -75,6 +116,7 @@ def atomic_files(folder):
             if os.path.isfile(os.path.join(tmp, name)):
                 with open(os.path.join(tmp, name), "rb+") as f:
                     os.fsync(f.fileno())
+            follow_umask(os.path.join(tmp, name))  # what a library wrote 0600 (safetensors) gets the usual modes
         for name in names:
             os.replace(os.path.join(tmp, name), os.path.join(folder, name))
     finally:

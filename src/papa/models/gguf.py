@@ -21,6 +21,7 @@ import tempfile
 
 from ..console import stage
 from ..errors import PapaError, first_line
+from ..io import follow_umask
 
 GGUF_MAGIC = b"GGUF"
 SOURCE_FILE = "gguf_source.json"  # beside the converted model: what it was made from
@@ -76,6 +77,7 @@ def gguf_folder(path):
         with open(os.path.join(tmp, SOURCE_FILE), "w") as f:
             json.dump({"gguf_file": path, "sha256": digest, "transformers": transformers.__version__}, f,
                       indent=2)
+        follow_umask(tmp)  # mkdtemp makes 0700: the user's usual modes, so a group may share the cache
         try:
             os.rename(tmp, folder)
         except OSError:  # another process converted the same file meanwhile: keep its folder

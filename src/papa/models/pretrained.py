@@ -17,7 +17,7 @@ from ..console import stage
 from ..data.glue import hub_is_offline
 from ..errors import PapaError, first_line
 from ..families import FAMILIES, family_for
-from .bundled import default_model_path, local_model_path
+from .bundled import check_model_path, default_model_path, local_model_path
 
 # what a model folder needs: config, tokenizer files, weights (no TF/Flax/ONNX copies)
 SNAPSHOT_FILES = ["*.json", "*.txt", "*.model", "*.safetensors", "*.bin"]
@@ -44,22 +44,16 @@ def model_folder(path, revision="main", token=None, cache_dir=None):
                         f"--model_name_or_path") from None
 
 
-def check_path_exists(what, name):
-    """A name written as a path (/, ./, ../, ~) that leads nowhere is a clear error: a hub id never starts so, and
-    the hub would only say "Repo id must be in the form"."""
-    if name is not None and str(name).startswith(("/", "./", "../", "~")) and not os.path.exists(
-            os.path.expanduser(str(name))):
-        raise PapaError(f"cannot load {what} {str(name)!r}: there is no such folder; pass a model folder or a hub name")
-
-
 def check_model_paths(model_name_or_path=None, config_name=None, tokenizer_name=None):
-    """The cheap local checks, before any data is read or the network is asked: every path given exists."""
-    for what, name in (("model", model_name_or_path), ("config", config_name), ("tokenizer", tokenizer_name)):
-        check_path_exists(what, name)
+    """The cheap local checks, before any data is read or the network is asked: every name that can only be a
+    local path (papa.models.bundled.path_reason) exists."""
+    for flag, name in (("--model_name_or_path", model_name_or_path), ("--config_name", config_name),
+                       ("--tokenizer_name", tokenizer_name)):
+        check_model_path(name, flag)
 
 
 def _load(what, loader, name, **kwargs):
-    check_path_exists(what, name)
+    check_model_path(name, f"the {what}")
     try:
         return loader(name, **kwargs)
     except (OSError, ValueError) as err:

@@ -18,6 +18,7 @@ from transformers import HfArgumentParser, TrainingArguments
 
 from ..errors import PapaError, check_positive, check_seed, check_writable_folder, first_line
 from ..io import load_json_object
+from ..models.bundled import check_model_path
 from ..models.modeling import training_mode
 
 # the sweep's control runs (papa.sweep.controls)
@@ -39,6 +40,12 @@ def modernize_argv(argv):
 REVISION_HELP = "Model version on the hub: a branch name, tag name or commit id."
 TOKEN_HELP = "Hub token for private models or datasets (default: the one `hf auth login` stored, if any)."
 USE_AUTH_TOKEN_HELP = "transformers 4's flag: use the token `hf auth login` stored (now --token)."
+
+
+def check_model_paths(args):
+    """A model, config or tokenizer named by a path that leads nowhere: said first, before any other check."""
+    for flag in ("model_name_or_path", "config_name", "tokenizer_name"):
+        check_model_path(getattr(args, flag), f"--{flag}")
 
 
 @dataclass
@@ -120,6 +127,7 @@ class ModelArguments:
                 "(false: every replacement runs the whole model; the same scores, slower)."})
 
     def __post_init__(self):
+        check_model_paths(self)
         training_mode(self.sort_calculating, self.grad_for_classifier_only, self.grad_for_classifier_and_static_only)
         if self.use_auth_token and self.token is None:
             self.token = True  # huggingface_hub: True = the stored token
@@ -266,6 +274,7 @@ class AveragingArguments:
                 "the sums are still accumulated in float64. One of: no, fp16, bf16."})
 
     def __post_init__(self):
+        check_model_paths(self)
         if not self.output_dir:
             raise PapaError("--output_dir is required (the folder avgs.pt goes to)")
         if self.use_auth_token and self.token is None:

@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from ..method.rankers import RANKERS
 from ..runs.arguments import SWEEP_CONTROLS, parse_dataclasses
 from ..errors import PapaError, check_positive, check_seed, check_writable_folder
+from ..models.bundled import check_model_path
 
 
 @dataclass
@@ -129,6 +130,8 @@ class SweepArguments:
         "help": "--launcher local or slurm: run each stage data-parallel as N processes under torchrun."})
 
     def __post_init__(self):
+        for model in self.model_names:  # a path to nothing, said first
+            check_model_path(model)
         if self.task_name is None and self.train_file is None and self.validation_file is None:
             self.task_name = "repeat"  # nothing to read: the built-in task
         for flag in ("num_train_epochs", "sort_num_train_epochs", "learning_rate", "per_device_train_batch_size",

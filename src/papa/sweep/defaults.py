@@ -128,6 +128,27 @@ def averaging_flags(passthrough):
     return flags + (["--mixed_precision", precision] if precision != "no" else [])
 
 
+def check_data_source(task, data_dir, train_file, passthrough):
+    """A task that reads data, given no local files, where the hub is known to be unreachable (HF_HUB_OFFLINE /
+    HF_DATASETS_OFFLINE) or cannot help (lm_qnli, lm_mrpc): an error now, with the scripts' own message, before
+    any folder is made (its averaging stage would only fail the same way)."""
+    from ..data.conll import TOKEN_FLAGS_HINT
+    from ..data.glue import DATA_FLAGS_HINT, hub_is_offline
+    from ..data.lm import LM_DATA_HINT
+
+    if task.generator is not None or data_dir or train_file:
+        return
+    if task.kind == "lm" and task.glue_folder is not None:  # never from the hub (papa.data.lm)
+        raise PapaError(f"{task.name} reads the sentences of GLUE's {task.glue_folder} TSVs: pass --data_dir (that "
+                        f"folder, or a root holding it, e.g. ../shared/data)")
+    if not hub_is_offline():
+        return
+    hint = {"sequence": DATA_FLAGS_HINT, "token": TOKEN_FLAGS_HINT, "lm": LM_DATA_HINT}[task.kind]
+    via = " (--dataset_name needs it)" if any(n == "--dataset_name" for n, _ in passthrough_flags(passthrough)) else ""
+    raise PapaError(f"no local data for {task.name} and the hub is offline (HF_HUB_OFFLINE/HF_DATASETS_OFFLINE)"
+                    f"{via}; {hint}")
+
+
 def epilog():
     """The sweep's --help epilog: what 'task default' means."""
     readme, quick = README_DEFAULTS, REPEAT_DEFAULTS

@@ -24,7 +24,7 @@ from ..data.custom import resolve_task
 from ..data.task_folders import resolve_data_dir
 from .launchers import check_launcher, make_launcher, run_scheduled, sweep_tasks
 from .run import begin_sweep, execute_sweep, finish_sweep, model_display_name, prepare_sweep, run_sweep
-from .stages import human
+from .stages import RunFailed, human, removed_unless_finished
 from .summary import PairOutcome, write_summary
 
 def model_folder_name(model_name_or_path):
@@ -126,9 +126,15 @@ def run_grid(args, passthrough=()):
             except PapaError as err:
                 raise PapaError(f"{model_display_name(model)} x {task.name}: {err}") from None
 
+    with removed_unless_finished(output_dir):  # a failed first run leaves no folder behind
+        return run_prepared_pairs(args, pairs, output_dir, len(models), len(tasks))
+
+
+def run_prepared_pairs(args, pairs, output_dir, n_models, n_tasks):
+    """The grid's pairs, prepared, run; then the summary. Returns summary.csv's path."""
     launcher = make_launcher(args, output_dir)  # None: inline
     os.makedirs(output_dir, exist_ok=True)
-    print(f"[grid] {len(models)} model(s) x {len(tasks)} task(s) = {len(pairs)} sweeps; output in {output_dir}",
+    print(f"[grid] {n_models} model(s) x {n_tasks} task(s) = {len(pairs)} sweeps; output in {output_dir}",
           flush=True)
     start = time.monotonic()
     outcomes = run_pairs(pairs) if launcher is None else run_pairs_launched(pairs, launcher)
@@ -141,6 +147,7 @@ def run_grid(args, passthrough=()):
           f"{', summary.png' if png else ''} in {output_dir}", flush=True)
     if failed:
         names = ", ".join(f"{o.model} x {o.task.name}" for o in failed)
-        raise PapaError(f"{len(failed)} of {len(outcomes)} sweeps failed ({names}); summary.md lists why and each "
-                        "stage's log.txt has the details. Fix the cause and re-run: finished stages are skipped")
+        brief = f"{len(failed)} of {len(outcomes)} sweeps failed ({names}); the lines above say why"
+        raise RunFailed(f"{len(failed)} of {len(outcomes)} sweeps failed ({names}); summary.md lists why and each "
+                        "stage's log.txt has the details. Fix the cause and re-run: finished stages are skipped", brief)
     return os.path.join(output_dir, "summary.csv")

@@ -28,10 +28,10 @@ from ..data.tasks import KINDS
 from ..data.tokenized_cache import CACHE_ENV
 from . import controls, orderings
 from .child import start_fork_server
-from .defaults import averaging_flags, check_passthrough, default_static_heads_nums, task_defaults
+from .defaults import averaging_flags, check_data_source, check_passthrough, default_static_heads_nums, task_defaults
 from .launchers import check_launcher, make_launcher, run_scheduled, sweep_tasks
 from .results import remove_results, write_results
-from .stages import Stage, human, run_stage
+from .stages import Stage, human, removed_unless_finished, run_stage
 
 
 @dataclass(frozen=True)
@@ -286,6 +286,7 @@ def prepare_sweep(args, task, passthrough=()):
     """Check everything and lay out the stages, before any heavy work: bad input raises PapaError here."""
     passthrough = shlex.split(args.extra_args) + list(passthrough)
     check_passthrough(passthrough)
+    check_data_source(task, args.data_dir, args.train_file, passthrough)
     plan = make_plan(args, task)
     stages = make_stages(plan, args, passthrough)
     for ranker in plan.rankers:  # each ranker's first ranking stage
@@ -349,5 +350,6 @@ def run_sweep(args, task, passthrough=()):
     """
     check_launcher(args)
     prepared = prepare_sweep(args, task, passthrough)
-    execute_sweep(prepared, make_launcher(args, prepared.plan.output_dir))
+    with removed_unless_finished(prepared.plan.output_dir):  # a failed first run leaves no folder behind
+        execute_sweep(prepared, make_launcher(args, prepared.plan.output_dir))
     return os.path.join(prepared.plan.output_dir, "results.csv")

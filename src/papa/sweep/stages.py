@@ -19,11 +19,12 @@ import shutil
 import socket
 import sys
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime, timezone
 
 from ..errors import PapaError
-from ..io import load_json, save_json
+from ..io import load_json, removed_on_failure, save_json
 from .child import StageLine, run_logged
 
 STAMP = "stage.json"
@@ -150,14 +151,43 @@ def execute_stage(stage, output_dir, env, on_progress, echo=None, launcher="inli
     return run
 
 
+class RunFailed(PapaError):
+    """A stage's (or grid's) failure; `brief`: its message without the logs' paths and the advice to re-run, for
+    when they are removed (removed_unless_finished)."""
+
+    def __init__(self, message, brief):
+        super().__init__(message)
+        self.brief = brief
+
+
 def failure(stage, run):
     """The PapaError of a failed StageRun: the stage's own one-line error (papa.errors), if it gave one, names the cause."""
     if run.returncode != 0:
         cause = next((t[len("error: "):] for t in reversed(run.tail) if t.startswith("error: ")), None)
-        return PapaError(f"{stage.description} failed{f': {cause}' if cause else ''} (exit status {run.returncode}; "
-                         f"its log: {run.log_path}). Fix the cause and re-run the sweep: finished stages are kept")
+        brief = f"{stage.description} failed{f': {cause}' if cause else ''} (exit status {run.returncode}"
+        return RunFailed(f"{brief}; its log: {run.log_path}). Fix the cause and re-run the sweep: finished stages "
+                           f"are kept", brief + ")")
     return PapaError(f"{stage.description} exited normally but did not write {', '.join(run.missing)} "
                      f"in {stage.folder} (its log: {run.log_path})")
+
+
+def holds_finished_stage(folder):
+    """Whether a stage under `folder` finished (has its stamp): work a re-run resumes, not to be removed."""
+    return any(STAMP in files for _, _, files in os.walk(folder))
+
+
+@contextmanager
+def removed_unless_finished(output_dir):
+    """A sweep's (or grid's) run: on a failure before any stage finished, the folder it made is removed again
+    (papa.io.removed_on_failure), and the error no longer points at a log inside it."""
+    try:
+        with removed_on_failure(output_dir, keep=holds_finished_stage) as removed:
+            yield
+    except PapaError as err:
+        if not removed:
+            raise
+        brief = getattr(err, "brief", str(err))
+        raise PapaError(f"{brief}; nothing had finished, so {removed[0]}, which this run made, is removed again") from None
 
 
 def run_stage(stage, index, total, output_dir, env, verbose=False):
