@@ -68,7 +68,8 @@ except ImportError:  # pragma: no cover - other transformers versions: rely on t
     _active_collector = None
 
 HEAD_MODES = ("constant", "mean_output")
-STOCK = torch.zeros(())  # `papa_gate` of a layer a ranker leaves stock: its heads attend as the stock model's
+STOCK = "stock"  # `papa_gate` of a layer a ranker leaves stock: its heads attend as the stock model's (no tensor is
+# made at import: PyTorch reads its huge-page setting at its first allocation, papa/hugepages.py)
 
 
 @dataclass
@@ -204,7 +205,7 @@ class PapaAttention:
         sets the constant share g (`papa_gate`: (H,) or, one per example, (B, H); papa.method.gates)."""
         gate = self.papa_gate
         if gate is not None:
-            gate = gate.expand(len(self.dynamic_heads)) if gate is STOCK else gate
+            gate = self.lambdas.new_zeros(len(self.dynamic_heads)) if gate is STOCK else gate
             return (1 - gate).to(dtype).reshape(-1, gate.shape[-1])
         return torch.sigmoid(self.lambdas).to(dtype)[None]
 
