@@ -138,10 +138,10 @@ def taylor_scores(objective, units, chosen=()):
 
 
 @torch.no_grad()
-def loo_scores(objective, units, chosen=(), reuse_prefix=True, max_rows=64):
+def loo_scores(objective, units, chosen=(), reuse_prefix=True, max_rows=64, log=None):
     """The mean loss change per unit when it is made constant beside the `chosen` units (exact, no
     approximation). `reuse_prefix`: the blocks below a unit's layer are computed once per batch; `max_rows`: at
-    most this many sequences (copies × batch) in one forward."""
+    most this many sequences (copies × batch) in one forward; `log(batches done, batches)` after each batch."""
     model = objective.model
     deltas = torch.zeros(len(units), dtype=torch.float64)
     by_layer = {}
@@ -182,6 +182,8 @@ def loo_scores(objective, units, chosen=(), reuse_prefix=True, max_rows=64):
                 losses = losses.double().view(copies, B)
                 for c, u in enumerate(group):
                     deltas[u] += (losses[c] - base).sum().cpu()
+        if log is not None:
+            log(index + 1, len(objective.batches))
     return deltas / objective.num_examples
 
 
@@ -250,7 +252,7 @@ def rank(ranker, objective, units, **options):
         scores, extra = absolute, {"first_order_estimate": signed}
     elif ranker == "loo":
         scores = loo_scores(objective, units, reuse_prefix=options.get("reuse_prefix", True),
-                            max_rows=options.get("max_rows", 64))
+                            max_rows=options.get("max_rows", 64), log=options.get("log"))
         extra = {}
     elif ranker in ("iterative", "iterative_taylor"):
         loo = {k: options[k] for k in ("reuse_prefix", "max_rows") if k in options}

@@ -151,6 +151,8 @@ def rank_heads(trainer, task, model_args, training_args, train_probe):
     units = ranking_units(model.config, model_args)
     objective = Objective(model, batches, task.kind, model_args.ranker_loss)
     options = {"reuse_prefix": model_args.loo_prefix_cache}
+    if model_args.ranker == "loo":
+        options["log"] = lambda done, total: stage(f"loo: batch {done}/{total} scored")
     if model_args.ranker == "gates":
         steps = model_args.ranker_steps or (training_args.max_steps if training_args.max_steps > 0 else math.ceil(
             training_args.num_train_epochs * len(batches)))
