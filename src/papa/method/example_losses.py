@@ -25,12 +25,15 @@ def _mean_over_positions(values, weights):
 def task_losses(kind, logits, labels):
     """(B,) losses of one batch's `logits` for `labels`; `kind`: lm, sequence or token."""
     logits = logits.float() if logits.dtype in (torch.float16, torch.bfloat16) else logits
-    if kind == "lm":
-        logits, labels = logits[:, :-1], labels[:, 1:]
+    if kind == "lm":  # position t predicts token t + 1; the last predicts nothing (as HF's loss shifts the labels)
+        labels = torch.cat([labels[:, 1:], labels.new_full((len(labels), 1), IGNORE)], dim=1)
     if kind in ("lm", "token"):
-        valid = labels != IGNORE
-        nll = F.cross_entropy(logits.transpose(1, 2), labels.masked_fill(~valid, 0), reduction="none")  # (B, T)
-        return _mean_over_positions(nll, valid.to(nll.dtype))
+        # over the rows of a (B·T, V) view: a lm's logits are large, and a transposed or sliced view of them is
+        # several times slower to reduce than the contiguous rows
+        B, T, V = logits.shape
+        nll = F.cross_entropy(logits.reshape(B * T, V), labels.reshape(-1), reduction="none",
+                              ignore_index=IGNORE).view(B, T)
+        return _mean_over_positions(nll, (labels != IGNORE).to(nll.dtype))
     if logits.shape[-1] == 1:  # regression (STS-B), as HF's and the probe's MSELoss
         return (logits.squeeze(-1) - labels.to(logits.dtype)) ** 2
     return F.cross_entropy(logits, labels.view(-1), reduction="none")

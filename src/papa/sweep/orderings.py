@@ -153,7 +153,7 @@ def orderings_markdown(rows, plan, metric, stability=None):
              + " | random orders: range of " + short + " |",
              "|" + " ---: |" * (2 + 2 * len(rankers))]
     for row in rows:
-        if row["k"] == 0:
+        if row["k"] in (0, plan.total_heads):  # every ordering replaces no head, or all of them: the same run
             continue
         cells = []
         for r in rankers:
