@@ -101,3 +101,15 @@ def test_a_sweep_with_rankers_and_random_orders(tmp_path):
     assert "## Rankers against 3 random orders: perplexity" in markdown
     assert "the best ranker (" in markdown and "beats the random orders" in markdown
     assert "Ranking time (all seeds' ranking runs): lambda:" in markdown
+
+
+def test_a_grid_summary_names_the_orderings():
+    from test_grid import outcome
+
+    from papa.sweep.summary import summary_markdown, summary_rows
+
+    o = outcome("sst2", {"PAPA": {0: 0.8, 36: 0.78, 72: 0.6}, "ranker_taylor": {0: 0.8, 36: 0.79, 72: 0.6},
+                         "random_order_2": {0: 0.8, 36: 0.7, 72: 0.6}}, controls=("ranker_taylor", "random_order_2"))
+    md = summary_markdown([o])
+    assert "taylor ranking" in md and "random order 2" in md
+    assert {r["variant"] for r in summary_rows([o])} == {"PAPA", "ranker_taylor", "random_order_2"}
