@@ -19,6 +19,7 @@ mix mode, through gates (papa.method.gates: g = 0 stock, g = 1 PAPA's constant h
 """
 
 import math
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 import torch
@@ -105,16 +106,26 @@ class Objective:
         return {layer: (g if rows is None else g.expand(rows, -1)).to(ref.device, ref.dtype) for layer, g in out.items()}
 
 
+@contextmanager
+def frozen(model):
+    """The model's trainable parameters frozen inside the block (a ranker differentiates its gates alone)."""
+    held = [p for p in model.parameters() if p.requires_grad]
+    for p in held:
+        p.requires_grad_(False)
+    try:
+        yield
+    finally:
+        for p in held:
+            p.requires_grad_(True)
+
+
 def taylor_scores(objective, units, chosen=()):
     """(|first-order| score, signed first-order estimate) per unit: means over the examples of |∂L_x/∂g_u| and of
     ∂L_x/∂g_u, at the model with the `chosen` units constant (the stock model when none)."""
     model = objective.model
-    held = [p for p in model.parameters() if p.requires_grad]
-    for p in held:
-        p.requires_grad_(False)
     absolute = torch.zeros(len(units), dtype=torch.float64)
     signed = torch.zeros(len(units), dtype=torch.float64)
-    try:
+    with frozen(model):
         for index, batch in enumerate(objective.batches):
             B = len(batch["input_ids"])
             base = objective.gates(chosen, rows=B)
@@ -131,9 +142,6 @@ def taylor_scores(objective, units, chosen=()):
                 per_example = sum(shifts[layer].grad[:, head] for layer, head in unit).double()  # (B,)
                 absolute[u] += per_example.abs().sum().cpu()
                 signed[u] += per_example.sum().cpu()
-    finally:
-        for p in held:
-            p.requires_grad_(True)
     return absolute / objective.num_examples, signed / objective.num_examples
 
 
@@ -216,9 +224,6 @@ def train_gates(objective, units, steps, learning_rate=0.02, l1=0.05, log=None):
     """DuoAttention's gate training: α per unit from 1, loss = mean ranking loss + l1 · mean(α), AdamW (no weight
     decay), `steps` steps cycling through the batches; the forward reads α clamped to [0, 1]. Returns α (units,)."""
     model = objective.model
-    held = [p for p in model.parameters() if p.requires_grad]
-    for p in held:
-        p.requires_grad_(False)
     ref = objective.layers[0].constant_matrices
     alpha = torch.ones(len(units), dtype=torch.float32, device=ref.device, requires_grad=True)
     optimizer = torch.optim.AdamW([alpha], lr=learning_rate, weight_decay=0.0)
@@ -226,7 +231,7 @@ def train_gates(objective, units, steps, learning_rate=0.02, l1=0.05, log=None):
     for u, unit in enumerate(units):
         for layer, head in unit:
             owner.setdefault(layer, torch.zeros(objective.num_heads, dtype=torch.long, device=ref.device))[head] = u
-    try:
+    with frozen(model):
         for step in range(steps):
             index = step % len(objective.batches)
             shares = 1 - alpha.clamp(0, 1).to(ref.dtype)
@@ -239,9 +244,6 @@ def train_gates(objective, units, steps, learning_rate=0.02, l1=0.05, log=None):
             optimizer.step()
             if log is not None:
                 log(step, float(loss.detach()), alpha.detach())
-    finally:
-        for p in held:
-            p.requires_grad_(True)
     return alpha.detach().cpu()
 
 

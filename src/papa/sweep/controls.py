@@ -82,9 +82,14 @@ assert tuple(CONTROLS) == SWEEP_CONTROLS
 UNIFORM_DIR, RANDOM_DIR = "uniform", "random_order"
 
 
+def is_random_order(control):
+    """random_order (order 1) or random_order_<i>."""
+    return control == "random_order" or control.startswith("random_order_")
+
+
 def is_ordering(control):
     """A control that changes only the order of the heads: a random order or another ranker."""
-    return control == "random_order" or control.startswith(("random_order_", "ranker_"))
+    return is_random_order(control) or control.startswith("ranker_")
 
 
 def shares_papa_run(control, k, total_heads):
@@ -129,7 +134,7 @@ def write_artifacts(output_dir, controls, layers, heads, seq_len, seed, causal=F
         else:
             save_tensor(torch.ones(layers, heads, seq_len, seq_len), path)
     for control in controls:
-        if control != "random_order" and not control.startswith("random_order_"):
+        if not is_random_order(control):
             continue
         index = random_order_index(control)
         folder = os.path.join(output_dir, random_order_dir(index))

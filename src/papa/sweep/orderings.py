@@ -22,7 +22,7 @@ import numpy as np
 
 from ..errors import PapaError
 from ..io import load_json_object
-from .controls import CONTROLS
+from .controls import is_random_order
 from .intervals import change_text, percentile_interval
 from .stages import STAMP
 
@@ -80,7 +80,7 @@ def ranker_change_columns(plan, metric):
 
 
 def random_orders_in(plan):
-    return [c for c in plan.controls if c == "random_order" or c.startswith("random_order_")]
+    return [c for c in plan.controls if is_random_order(c)]
 
 
 def mean_column(ranker, metric):
