@@ -23,3 +23,5 @@ def test_python_api_example_gives_one_load_report(tmp_path):
     """Run as a user runs it, output to a pipe: transformers' load report (the classifier MiniLM lacks) once."""
     proc = run_command([sys.executable, "-c", python_example()], cwd=tmp_path)
     assert (proc.stdout + proc.stderr).count("LOAD REPORT") == 1, proc.stderr[-3000:]
+    assert "\x1b[" not in proc.stdout + proc.stderr, "colour codes in redirected output"
+    assert "Loading weights" not in proc.stderr, "a progress bar in redirected output"

@@ -62,22 +62,32 @@ def plain_logs():
             handler.addFilter(PlainText(handler))
 
 
-def setup_console():
-    """Call first in a script: quiet what says nothing useful (everything, under the sweep); no bars and no colour
-    codes where stderr is not a terminal."""
-    # a CPU-only machine has nothing to pin to; torch warns once per DataLoader
-    warnings.filterwarnings("ignore", message="'pin_memory' argument is set as true", category=UserWarning)
+def plain_output():
+    """For a script of your own, as papa's commands do it: where stderr is not a terminal (a file, a pipe), no
+    progress bars from transformers and datasets and no colour codes in transformers' log lines (its load report
+    writes them whatever the stream); on a terminal nothing changes. `import papa` alone changes nothing."""
     if draws_bars():
         return  # a user's terminal: HF's bars and colours as they are
     import datasets
     import transformers
 
     plain_logs()
-    if under_sweep():
-        transformers.utils.logging.set_verbosity_error()  # load reports ("MISSING ... newly initialized")
-        datasets.utils.logging.set_verbosity_error()
     transformers.utils.logging.disable_progress_bar()  # "Loading weights"
     datasets.disable_progress_bars()  # "Casting the dataset", "Tokenising"
+
+
+def setup_console():
+    """Call first in a script: quiet what says nothing useful (everything, under the sweep); no bars and no colour
+    codes where stderr is not a terminal."""
+    # a CPU-only machine has nothing to pin to; torch warns once per DataLoader
+    warnings.filterwarnings("ignore", message="'pin_memory' argument is set as true", category=UserWarning)
+    plain_output()
+    if under_sweep():
+        import datasets
+        import transformers
+
+        transformers.utils.logging.set_verbosity_error()  # load reports ("MISSING ... newly initialized")
+        datasets.utils.logging.set_verbosity_error()
 
 
 def stage(message):

@@ -14,15 +14,22 @@ is fixed here; `--task_name` (or, for data of your own, the files) is resolved o
 `papa.data.tasks.TaskSpec` (papa.data.custom.resolve_task), and passed down.
 """
 
-from .. import hugepages
+import sys
+
+from .. import hugepages, threads
 from ..console import setup_console
 from ..errors import run_cli
 
 
-def command(run, argv=None):
+def command(run, argv=None, fit_threads=True):
     """Every command's entry: huge pages (papa.hugepages, before any model allocates; the user's own setting
-    kept), quiet the console (papa.console), run `run(argv)`, clean errors (papa.errors)."""
+    kept), torch's threads fitted to the free cores (papa.threads; not for the sweep, whose stages fit their own,
+    nor the benchmark, which has --threads), quiet the console (papa.console), run `run(argv)`, clean errors
+    (papa.errors)."""
     hugepages.enable()
+    note = threads.fit_to_free_cores() if fit_threads else None
+    if note:
+        print(f"[papa] {note}", file=sys.stderr, flush=True)
     setup_console()
     return run_cli(run, argv)
 

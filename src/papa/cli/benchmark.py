@@ -14,7 +14,7 @@ def run(argv):
 
 
 def main(argv=None):
-    return command(run, argv)
+    return command(run, argv, fit_threads=False)
 
 
 if __name__ == "__main__":
