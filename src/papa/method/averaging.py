@@ -306,22 +306,24 @@ def recording(encoder, averager, valid_of_batch, mean_outputs):
 
 @torch.no_grad()
 def accumulate_attention(model, batches, seq_len, device="cpu", progress=None, mean_outputs=False,
-                         autocast_dtype=None, lower_triangle=None, sum_dtype=None):
+                         autocast_dtype=None, lower_triangle=None, sum_dtype=None, averager=None):
     """Run `model` (any supported family, encoder or decoder, stock or PAPA-patched) over `batches` in eval mode and
     average its attention (and, with `mean_outputs`, its heads' outputs).
 
     batches yield dicts with input_ids, attention_mask (and token_type_ids); every batch must be
     padded to `seq_len`. autocast_dtype: torch.float16 / torch.bfloat16 runs the forward under
     autocast (the sums keep their dtype). lower_triangle: sum (and save) lower triangles only; None: for
-    decoders. sum_dtype: see `AttentionAverager`. Returns an `AttentionAverager` with this process's sums (call
-    `all_reduce()` for the global ones).
+    decoders. sum_dtype: see `AttentionAverager`. averager: one to fill instead of a new `AttentionAverager` (a
+    decoder's `papa.method.structured_averaging.StructuredAverager`). Returns the averager with this process's sums
+    (call `all_reduce()` for the global ones).
     """
     config = model.config
     encoder = model.base_model.eval()
     if lower_triangle is None:
         lower_triangle = family_for(encoder).causal
-    averager = AttentionAverager(config.num_hidden_layers, config.num_attention_heads, seq_len, device,
-                                 head_dim(config) if mean_outputs else None, lower_triangle, sum_dtype)
+    if averager is None:
+        averager = AttentionAverager(config.num_hidden_layers, config.num_attention_heads, seq_len, device,
+                                     head_dim(config) if mean_outputs else None, lower_triangle, sum_dtype)
     takes_token_types = accepts_token_type_ids(encoder)
     current = {}
     with recording(encoder, averager, lambda: current["valid"], mean_outputs):

@@ -1,0 +1,106 @@
+"""Toeplitz-plus-sink constants of a causal decoder, averaged straight from the data with no (T, T) tensor kept.
+
+papa.families.structured defines the constant: sink[j] on the first S keys, profile[i − j] on the others. Its
+`toeplitz` values are count-weighted means of the attention the data gives, over every (example, query i, key j)
+pair the padding keeps:
+
+    sink[j]    = Σ A[b, i, j] m_bi m_bj / Σ m_bi m_bj          over i ≥ j, for j < S
+    profile[d] = Σ A[b, i, i − d] m_bi m_b,i−d / Σ m_bi m_b,i−d   over i − d ≥ S
+
+These are the least-squares fit of the full averages C = sums / counts (papa.method.averaging) by a matrix of that
+structure, each entry weighted by its count (how many examples saw that pair): the weighted mean of a column, or
+of a diagonal, is what minimises Σ counts · (C − fit)² there. Without padding every count is the number of
+examples, and this is the plain Frobenius fit. (tests/test_structured.py checks it against a least-squares
+solve on full averages.)
+
+`StructuredAverager` has the `add_batch` / `add_attention` interface of `AttentionAverager`, so the averaging pass's
+hooks feed either (papa.method.averaging.accumulate_attention's `averager=`). Per batch it sums the layer's
+probabilities over the batch, as the full pass does, and keeps only that matrix's S column sums and T diagonal
+sums: O(L·H·T) numbers however long the context.
+"""
+
+import torch
+
+from ..families.constant_math import padding_pattern
+
+
+def causal_pair_counts(valid, sink_len):
+    """For a (B, T) padding mask: (counts of key j < S over rows i ≥ j: (S,), counts of distance d over keys
+    j ≥ S: (T,)), summed over the batch, in float64."""
+    m = valid.double()
+    B, T = m.shape
+    S = min(sink_len, T)
+    rows_from = m.flip(-1).cumsum(-1).flip(-1)  # (B, T): Σ_{i ≥ j} m_i
+    sink = (m[:, :S] * rows_from[:, :S]).sum(0)
+    keys = m.clone()
+    keys[:, :S] = 0
+    n = 1 << (2 * T - 1).bit_length()
+    # Σ_i m_i · keys_{i−d}: the cross-correlation of m with the keys, exact integers up to FFT rounding
+    correlation = torch.fft.irfft(torch.fft.rfft(m, n) * torch.fft.rfft(keys, n).conj(), n)[:, :T]
+    return sink, correlation.sum(0).round()
+
+
+def diagonal_sums(matrices, first_key):
+    """(..., T, T) → (..., T): entry d sums the d-th lower diagonal, matrices[..., i, i − d], over keys ≥ first_key."""
+    T = matrices.shape[-1]
+    return torch.stack([matrices.diagonal(-d, dim1=-2, dim2=-1)[..., first_key:].sum(-1, dtype=torch.float64)
+                        for d in range(T)], dim=-1)
+
+
+class StructuredAverager:
+    """Streaming sums for `toeplitz` constants: S sink columns and T diagonals per head (module docstring)."""
+
+    def __init__(self, num_layers, num_heads, seq_len, sink_len=1, device="cpu"):
+        self.seq_len, self.sink_len = seq_len, min(sink_len, seq_len)
+        self.sink_sums = torch.zeros(num_layers, num_heads, self.sink_len, dtype=torch.float64, device=device)
+        self.profile_sums = torch.zeros(num_layers, num_heads, seq_len, dtype=torch.float64, device=device)
+        self.sink_counts = torch.zeros(self.sink_len, dtype=torch.float64, device=device)
+        self.profile_counts = torch.zeros(seq_len, dtype=torch.float64, device=device)
+        self.num_examples = 0
+
+    @torch.no_grad()
+    def add_batch(self, attention_mask):
+        """Count a batch's pairs; attention_mask: (B, T) with 1 for real tokens."""
+        sink, profile = causal_pair_counts(attention_mask.to(self.sink_counts.device), self.sink_len)
+        self.sink_counts += sink
+        self.profile_counts += profile
+        self.num_examples += attention_mask.shape[0]
+
+    @torch.no_grad()
+    def add_attention(self, layer, probs, valid):
+        """probs: (B, H, T, T) of one layer; valid: (B, T) float."""
+        summed = (probs * padding_pattern(valid.to(probs.dtype))).sum(0, dtype=torch.float32)  # (H, T, T)
+        self.sink_sums[layer] += summed[:, :, :self.sink_len].sum(1, dtype=torch.float64).to(self.sink_sums.device)
+        self.profile_sums[layer] += diagonal_sums(summed, self.sink_len).to(self.profile_sums.device)
+
+    def add_outputs(self, layer, context, valid):
+        raise ValueError("structured constants record no head outputs (mean_outputs needs the full averager)")
+
+    def all_reduce(self):
+        import torch.distributed as dist
+
+        if dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1:
+            for tensor in (self.sink_sums, self.profile_sums, self.sink_counts, self.profile_counts):
+                dist.all_reduce(tensor)
+        return self
+
+    def constants(self):
+        """(sink (L, H, S), profile (L, H, T)) in float32; 0 where no pair was seen."""
+        return (_mean(self.sink_sums, self.sink_counts).float(), _mean(self.profile_sums, self.profile_counts).float())
+
+
+def _mean(sums, counts):
+    return torch.where(counts > 0, sums / counts.clamp_min(1), torch.zeros((), dtype=sums.dtype))
+
+
+def fit_full_averages(averages, counts, sink_len=1):
+    """The same constants from full averages: (L, H, T, T) averages and their (T, T) pair counts (the full pass's
+    pattern sums) → (sink (L, H, S), profile (L, H, T)), the count-weighted means over each column and diagonal."""
+    T = averages.shape[-1]
+    S = min(sink_len, T)
+    causal = torch.ones(T, T, dtype=torch.bool, device=counts.device).tril()
+    weights = (counts.double() * causal)  # (T, T)
+    weighted = averages.double() * weights
+    sink = _mean(weighted[..., :S].sum(-2), weights[:, :S].sum(0))
+    profile = _mean(diagonal_sums(weighted, S), diagonal_sums(weights, S))
+    return sink.float(), profile.float()
