@@ -159,3 +159,109 @@ def test_a_fitted_constant_applies_at_any_length():
                                     dtype=torch.float64), 2)
         assert_close(structured_output(sink, profile, values, None), expected, rtol=1e-10, atol=1e-12)
     assert (dense(sink, profile, 24)[:, 20, 1:12] == 0).all()  # distances 9..19 lie beyond the profile
+
+
+# ---------------------------------------------------------------- patched decoders with structured constants
+
+from papa.errors import PapaError  # noqa: E402
+from papa.method.attention import patch_model  # noqa: E402
+from papa.method.structured_averaging import STRUCTURED_NAME, read_structured, save_structured, sink_window  # noqa: E402
+from papa.models.modeling import load_papa_model, save_papa_model  # noqa: E402
+from tiny_decoders import tiny_decoder_config  # noqa: E402
+
+STATIC = {0: [1, 2], 1: [0, 1, 2, 3], 2: [3]}
+
+
+def random_structured(S=2, D=9, seed=5):
+    g = torch.Generator().manual_seed(seed)
+    return torch.rand(L, H, S, generator=g), torch.rand(L, H, D, generator=g)
+
+
+def full_at(sink, profile, seq_len):
+    """The same constants as [L, H, T, T] full matrices at one length: what `avgs.pt` would hold."""
+    return torch.stack([dense(sink[layer], profile[layer], seq_len) for layer in range(L)])
+
+
+@pytest.mark.parametrize("name", ["llama", "mistral", "gemma3_text"])
+@pytest.mark.parametrize("seq_len", [T, 7])
+def test_structured_heads_equal_full_constants_at_every_length(name, seq_len):
+    """A decoder with structured constants against the same decoder with their full matrices at that length: the
+    FFT path, the probabilities path and the dropout path, with padding and grouped K/V (Mistral and Gemma 3:
+    sliding windows)."""
+    import copy
+
+    sink, profile = random_structured()
+    stock = tiny_decoder(name)
+    structured = patch_model(copy.deepcopy(stock), static_heads=STATIC, structured=(sink, profile))
+    full = patch_model(copy.deepcopy(stock), full_at(sink, profile, seq_len), static_heads=STATIC)
+    ids, mask = right_padded_batch(lengths=(seq_len, 5, 3))
+    ids, mask = ids[:, :seq_len], mask[:, :seq_len]
+    with torch.no_grad():
+        assert_close(structured(ids, attention_mask=mask).logits, full(ids, attention_mask=mask).logits,
+                     rtol=1e-4, atol=1e-5)
+        a = structured(ids, attention_mask=mask, output_attentions=True)
+        b = full(ids, attention_mask=mask, output_attentions=True)
+        assert_close(a.logits, b.logits, rtol=1e-4, atol=1e-5)
+        for x, y in zip(a.attentions, b.attentions):
+            assert_close(x, y, rtol=1e-5, atol=1e-6)
+    structured.train(), full.train()
+    torch.manual_seed(0)
+    dropped = structured(ids, attention_mask=mask).logits
+    torch.manual_seed(0)
+    assert_close(dropped, full(ids, attention_mask=mask).logits, rtol=1e-4, atol=1e-5)
+
+
+def test_structured_mix_mode_equals_full_mix_mode():
+    import copy
+
+    sink, profile = random_structured(S=1, D=T)
+    stock = tiny_decoder("llama")
+    a = patch_model(copy.deepcopy(stock), structured=(sink, profile), mix_all_heads=True)
+    b = patch_model(copy.deepcopy(stock), full_at(sink, profile, T), mix_all_heads=True)
+    ids, mask = right_padded_batch()
+    with torch.no_grad():
+        for model in (a, b):
+            for layer in model.model.layers:
+                layer.self_attn.lambdas.fill_(0.3)
+        assert_close(a(ids, attention_mask=mask).logits, b(ids, attention_mask=mask).logits, rtol=1e-4, atol=1e-5)
+
+
+def test_structured_model_saves_and_loads(tmp_path):
+    sink, profile = random_structured()
+    model = patch_model(tiny_decoder("llama"), static_heads=STATIC, structured=(sink, profile))
+    ids, mask = right_padded_batch()
+    save_papa_model(model, tmp_path / "saved")
+    with torch.no_grad():
+        assert_close(load_papa_model(tmp_path / "saved")(ids, attention_mask=mask).logits,
+                     model(ids, attention_mask=mask).logits, rtol=0, atol=0)
+
+
+def test_structured_file_round_trip_and_clear_errors(tmp_path):
+    sink, profile = sink_window(L, H, sinks=2, window=3)
+    save_structured(tmp_path / STRUCTURED_NAME, sink, profile, "sink_window", T, 0)
+    record = read_structured(tmp_path / STRUCTURED_NAME)
+    assert record["kind"] == "sink_window" and record["seq_len"] == T
+    model = patch_model(tiny_decoder("llama"), static_heads=STATIC, structured=tmp_path)
+    assert model.model.layers[1].self_attn.structured_profile.shape == (4, 3)
+    with pytest.raises(PapaError, match="does not exist"):
+        read_structured(tmp_path / "absent.pt")
+    torch.save(torch.zeros(2), tmp_path / "foreign.pt")
+    with pytest.raises(PapaError, match="not a structured-constants file"):
+        read_structured(tmp_path / "foreign.pt")
+    with pytest.raises(PapaError, match="2 layers x"):
+        patch_model(tiny_decoder("llama"), static_heads=STATIC, structured=(sink[:2], profile[:2]))
+
+
+def test_structured_constants_refuse_an_encoder():
+    from tiny_encoders import tiny_model
+
+    with pytest.raises(PapaError, match="encoder"):
+        patch_model(tiny_model("bert"), static_heads={0: [0]}, structured=random_structured())
+
+
+def test_sink_window_is_streaming_llms_pattern():
+    sink, profile = sink_window(1, 1, sinks=2, window=3)
+    C = dense(sink[0], profile[0], 8)[0]
+    for i in range(8):
+        for j in range(8):
+            assert C[i, j] == float(j <= i and (j < 2 or i - j < 3)), (i, j)

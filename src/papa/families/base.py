@@ -55,6 +55,7 @@ from dataclasses import dataclass, field
 
 import torch
 
+from . import structured
 from .block_triangle import BlockTriangle, dense
 from .call_cache import constant_facts, shared_validity
 from .constant_math import (constant_attention_output, constants_in, dropped_constant_output, in_place_ok,
@@ -123,7 +124,9 @@ class PapaAttention:
 
     static_heads   sorted heads that are replaced (constant or mean output)
     dynamic_heads  the others, whose Q/K remain
-    head_mode      "constant" or "mean_output": what replaced heads do
+    head_mode      "constant", "mean_output" or "structured": what replaced heads do
+    structured_sink, structured_profile  (S, s) and (S, D) parameters in structured mode (papa/families/structured.py:
+                   a constant of any length T, sink plus relative-position profile), else None
     mix_all_heads  mix mode: every head is in dynamic_heads and has a constant matrix
     constant_matrices  (S, T, T) parameter, one per replaced head (per head in mix mode), or None; a decoder's
                    from T = 2·papa_block on: (S, N), the lower triangles' strips (papa/families/block_triangle.py)
@@ -186,10 +189,13 @@ class PapaAttention:
                 f"or recompute avgs.pt at length {T}"
             )
 
-    def _constants(self, dtype):
+    def _constants(self, dtype, seq_len=None):
         """The constant matrices in `dtype` (a `BlockTriangle` where the layer holds strips), restricted to where
         the layer may attend: `patch_model` zeroes them outside the band once (and after every state-dict load);
-        while they train, the band is applied per call too, so their gradient stays inside it."""
+        while they train, the band is applied per call too, so their gradient stays inside it. Structured constants
+        are materialised at the call's length `seq_len` (with the band)."""
+        if self.head_mode == "structured":
+            return constants_in(structured.layer_matrices(self, seq_len), dtype)
         constants = self.constant_matrices
         if self.papa_band_mask is not None and constants.requires_grad and torch.is_grad_enabled():
             constants = constants * self.papa_band_mask.to(constants.dtype)
@@ -214,7 +220,10 @@ class PapaAttention:
         if self.head_mode == "mean_output":
             result = mean_output(self.mean_outputs.to(values.dtype), valid, values.shape[0])
             return result if out is None else out.copy_(result)
-        constants = self._constants(values.dtype)
+        if self.head_mode == "structured" and self.papa_band(values.shape[1]) is None:  # O(T log T), no (T, T)
+            result = structured.structured_output(self.structured_sink, self.structured_profile, values, valid)
+            return result if out is None else out.copy_(result)
+        constants = self._constants(values.dtype, values.shape[1])
         return constant_attention_output(constants, values, valid, out=out, **self._constant_facts(constants, valid))
 
     # ------------------------------------------------------------------ head layout
@@ -266,7 +275,7 @@ class PapaAttention:
             dynamic = self.papa_dynamic_context(call, values)  # (B, T, H, d)
             if self.papa_gate is STOCK:  # a ranker's layer left as it is: no constant share to compute
                 return dynamic
-            constants = self._constants(values.dtype)
+            constants = self._constants(values.dtype, T)
             constant = constant_attention_output(constants, values, valid, **self._constant_facts(constants, valid))
             weight = self._mix_weights(values.dtype)[:, None, :, None]  # (1 or B, 1, H, 1)
             return constant + weight * (dynamic - constant)  # σ(λ)·A + (1−σ(λ))·C: λ's gradient reduces A − C, no cancellation
@@ -298,7 +307,8 @@ class PapaAttention:
         return tuple(linear(x) for linear in linears)
 
     def _replacements(self):
-        return [p for p in (self.constant_matrices, self.mean_outputs) if p is not None]
+        return [p for p in (self.constant_matrices, self.mean_outputs, self.structured_sink, self.structured_profile)
+                if p is not None]
 
     def _probabilities_path(self, call, values, valid):
         B, T, H, d = values.shape
@@ -311,11 +321,11 @@ class PapaAttention:
                 probs[:, :D] = self.papa_scores(call).softmax(dim=-1).to(values.dtype)
         if self.mix_all_heads:
             weight = self._mix_weights(values.dtype)[:, :, None, None]  # (1 or B, H, 1, 1)
-            constant = normalized_constant(self._constants(values.dtype), valid)
+            constant = normalized_constant(self._constants(values.dtype, T), valid)
             probs = constant + weight * (probs - constant)  # as in the fast path
         elif self.static_heads:
-            if self.head_mode == "constant":
-                probs[:, D:] = dense(self._constants(probs.dtype))
+            if self.head_mode != "mean_output":
+                probs[:, D:] = dense(self._constants(probs.dtype, T))
             probs = normalize_rows(probs, valid)  # mean-output heads keep all-zero rows: they do not attend
         if self.training and self.papa_dropout_p > 0:
             probs = probs * self._dropout_keep(probs, B, H, T)
@@ -354,7 +364,7 @@ class PapaAttention:
             if self.head_mode == "mean_output":
                 parts.append(self._replaced_output(replaced, valid, out=target))
             else:
-                constants = self._constants(values.dtype)
+                constants = self._constants(values.dtype, T)
                 parts.append(dropped_constant_output(constants, mask[:, D:], scale, replaced, valid, out=target,
                                                      **self._constant_facts(constants, valid)))
         if context is not None:

@@ -83,3 +83,11 @@ def structured_output(sink, profile, values, valid):
 
     scale = m[:, None, :] / row_divisor(denominator)  # (B, H, T): 0 on padded and all-zero rows
     return (numerator * scale[:, :, None, :]).permute(0, 3, 1, 2).to(values.dtype)
+
+
+def layer_matrices(layer, seq_len):
+    """A patched layer's structured constants as (S, T, T) matrices at length `seq_len`, inside the layer's band
+    (a sliding window), for the paths that need whole matrices (probabilities, dropout, mix mode, windows)."""
+    matrices = dense(layer.structured_sink, layer.structured_profile, seq_len)
+    band = layer.papa_band(seq_len)
+    return matrices if band is None else matrices * band.to(matrices.device, matrices.dtype)

@@ -116,8 +116,28 @@ def head_dim(config_or_model):
     return explicit or config.hidden_size // config.num_attention_heads
 
 
+def load_structured(source, num_layers=None, num_heads=None, num_kv_heads=None):
+    """(sink [L, H, S], profile [L, H, D]) float tensors from such a pair or a `structured_constants.pt` file (or
+    its folder; papa.method.structured_averaging)."""
+    from .structured_averaging import STRUCTURED_NAME, read_structured
+
+    if isinstance(source, (tuple, list)):
+        sink, profile = source
+        what = "structured constants"
+    else:
+        path = os.fspath(source)
+        path = os.path.join(path, STRUCTURED_NAME) if os.path.isdir(path) or not path.endswith(".pt") else path
+        record = read_structured(path)
+        sink, profile, what = record["sink"], record["profile"], f"the structured constants in {path}"
+    if sink.dim() != 3 or profile.dim() != 3 or sink.shape[:2] != profile.shape[:2]:
+        raise PapaError(f"{what} must be sink [layers, heads, S] and profile [layers, heads, D]; got "
+                        f"{list(sink.shape)} and {list(profile.shape)}")
+    return (_check_head_tensor(sink, what, num_layers, num_heads, num_kv_heads),
+            _check_head_tensor(profile, what, num_layers, num_heads, num_kv_heads))
+
+
 def patch_model(model, constant_matrices=None, static_heads=None, mix_all_heads=False, mean_outputs=None,
-                reorder=True):
+                reorder=True, structured=None):
     """Install PAPA attention in a loaded encoder or decoder, in place; returns the model.
 
     Any supported family (see papa.families.SUPPORTED_MODEL_TYPES): bare model, sequence or
@@ -132,6 +152,9 @@ def patch_model(model, constant_matrices=None, static_heads=None, mix_all_heads=
     mean_outputs: instead of constant matrices, a [L, H, T, d] tensor (or `mean_outputs.pt`):
         the replaced heads output their training-set mean context vector per position (the
         mean-ablation control; no attention at all). Pass it *instead of* constant_matrices.
+    structured: instead of constant matrices, a decoder's structured constants (sink [L, H, S], profile [L, H, D]) or
+        `structured_constants.pt` (papa/families/structured.py): a constant for any input length, applied as a
+        causal convolution.
     reorder: lay each layer's heads out as [dynamic | replaced] (papa/families/base.py): permutes
         the value rows and the output projection's columns, recorded as config.papa["head_layout"].
         False only to load a folder saved in the stock layout; `reorder_heads` must follow.
@@ -152,10 +175,18 @@ def patch_model(model, constant_matrices=None, static_heads=None, mix_all_heads=
                         "patches this family as an encoder: load it with is_decoder=False (the default)")
     num_layers, num_heads = config.num_hidden_layers, config.num_attention_heads
     num_kv_heads = getattr(config, "num_key_value_heads", None)
-    if (constant_matrices is None) == (mean_outputs is None):
-        raise PapaError("pass either constant_matrices (PAPA) or mean_outputs (mean ablation), not both or neither")
+    if sum(x is not None for x in (constant_matrices, mean_outputs, structured)) != 1:
+        raise PapaError("pass one of constant_matrices (PAPA), mean_outputs (mean ablation) or structured (structured "
+                        "constants), not several or none")
     head_mode = "constant" if mean_outputs is None else "mean_output"
-    if head_mode == "constant":
+    if structured is not None:
+        if not family.causal:
+            raise PapaError(f"structured constants are a causal decoder's (sink plus profile over earlier tokens); "
+                            f"this {config.model_type} model is an encoder: use full constant matrices (avgs.pt)")
+        head_mode = "structured"
+        sink, profile = load_structured(structured, num_layers, num_heads, num_kv_heads)
+        replacements = sink
+    elif head_mode == "constant":
         replacements = load_constant_matrices(constant_matrices, num_layers, num_heads, num_kv_heads)
     else:
         replacements = load_mean_outputs(mean_outputs, num_layers, num_heads, head_dim(model), num_kv_heads)
@@ -164,7 +195,7 @@ def patch_model(model, constant_matrices=None, static_heads=None, mix_all_heads=
     if mix_all_heads and static_heads:
         raise PapaError("mix_all_heads mixes every head; do not also pass static_heads")
     by_layer = {} if mix_all_heads else static_heads_by_layer(static_heads, num_layers, num_heads)
-    seq_len = int(replacements.shape[2])
+    seq_len = None if head_mode == "structured" else int(replacements.shape[2])  # structured: any length
     reference = next(model.parameters())
     output_projections = family.output_projections(model.base_model)
     for index, module in enumerate(layers):
@@ -178,11 +209,15 @@ def patch_model(model, constant_matrices=None, static_heads=None, mix_all_heads=
         tensor = _layer_replacements(replacements, index, stored, reference) if stored else None
         module.constant_matrices = nn.Parameter(tensor) if tensor is not None and head_mode == "constant" else None
         module.mean_outputs = nn.Parameter(tensor) if tensor is not None and head_mode == "mean_output" else None
+        structured_here = head_mode == "structured" and stored
+        module.structured_sink = nn.Parameter(tensor) if structured_here else None
+        module.structured_profile = (nn.Parameter(_layer_replacements(profile, index, stored, reference))
+                                     if structured_here else None)
         # λ in float32, or float64 in a float64 model (a float32 σ(λ) was the one float32 step left there)
         lambda_dtype = torch.promote_types(reference.dtype, torch.float32)
         module.lambdas = (nn.Parameter(torch.zeros(num_heads, device=reference.device, dtype=lambda_dtype))
                           if mix_all_heads else None)
-        band = module.papa_band(seq_len)
+        band = None if seq_len is None else module.papa_band(seq_len)  # structured: per call, at its length
         module.papa_seq_len = seq_len
         module.papa_lower_triangular = bool(family.causal)  # zero above the diagonal: its strips hold it all
         module.register_buffer("papa_band_mask", None if band is None else band.to(reference.device), persistent=False)
@@ -203,7 +238,8 @@ def patch_model(model, constant_matrices=None, static_heads=None, mix_all_heads=
         **(getattr(config, "papa", None) or {}),
         "static_heads": [[layer, head] for layer, heads in by_layer.items() for head in heads],
         "mix_all_heads": bool(mix_all_heads),
-        "seq_len": seq_len,
+        **({"seq_len": seq_len} if seq_len is not None else
+           {"structured": {"sink_len": int(sink.shape[2]), "profile_len": int(profile.shape[2])}}),
         "head_mode": head_mode,
         "head_layout": HEAD_LAYOUT if reorder else "stock",
     }

@@ -104,3 +104,51 @@ def fit_full_averages(averages, counts, sink_len=1):
     sink = _mean(weighted[..., :S].sum(-2), weights[:, :S].sum(0))
     profile = _mean(diagonal_sums(weighted, S), diagonal_sums(weights, S))
     return sink.float(), profile.float()
+
+
+STRUCTURED_NAME = "structured_constants.pt"
+STRUCTURED_FORMAT = "papa-structured-constants"
+STRUCTURED_VERSION = 1
+KINDS = ("toeplitz", "sink_window")
+
+
+def save_structured(path, sink, profile, kind, seq_len, num_examples):
+    """Write `structured_constants.pt` atomically: a dict with format, version, kind, sink [L, H, S], profile
+    [L, H, D], the length they were averaged at and the examples they saw (docs/artifacts.md)."""
+    from ..io import atomic_path
+
+    record = {"format": STRUCTURED_FORMAT, "version": STRUCTURED_VERSION, "kind": kind, "sink": sink.float().cpu(),
+              "profile": profile.float().cpu(), "seq_len": int(seq_len), "num_examples": int(num_examples)}
+    with atomic_path(path) as tmp:
+        with open(tmp, "wb") as f:  # a file object: the same record gives the same bytes (papa.io.save_tensor)
+            torch.save(record, f)
+
+
+def read_structured(path):
+    """The record `save_structured` wrote; a missing, unreadable or foreign file is one clear PapaError."""
+    import os
+
+    from ..errors import PapaError, first_line
+
+    if not os.path.isfile(path):
+        raise PapaError(f"structured constants not found: {path} does not exist (run the averaging script with "
+                        "--constants toeplitz, or make sink_window ones with papa.method.structured_averaging."
+                        "sink_window)")
+    try:
+        record = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as err:
+        raise PapaError(f"{path} is not a readable structured-constants file ({type(err).__name__}: "
+                        f"{first_line(err)[:160]})") from None
+    if not isinstance(record, dict) or record.get("format") != STRUCTURED_FORMAT:
+        raise PapaError(f"{path} is not a structured-constants file (no format {STRUCTURED_FORMAT!r}): full averages "
+                        "are avgs.pt, passed with --static_heads_dir")
+    if record.get("version") != STRUCTURED_VERSION:
+        raise PapaError(f"{path} is structured-constants version {record.get('version')!r}; this papa reads version "
+                        f"{STRUCTURED_VERSION}: upgrade papa, or recompute them with this one")
+    return record
+
+
+def sink_window(num_layers, num_heads, sinks=4, window=64):
+    """StreamingLLM's pattern as constants: uniform weight on the first `sinks` tokens and on the last `window`
+    distances (0 … window − 1, the token itself included) → (sink [L, H, sinks], profile [L, H, window])."""
+    return torch.ones(num_layers, num_heads, sinks), torch.ones(num_layers, num_heads, window)

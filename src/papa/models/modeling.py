@@ -76,6 +76,7 @@ def build_model(
     cache_dir=None,
     mean_outputs=None,
     reorder=True,
+    structured=None,
 ):
     """An HF model (`model_class`, e.g. "BertForSequenceClassification" or an Auto class name)
     loaded from `model_name_or_path` (a folder, hub name, .gguf file or bundled name: papa.models.bundled; randomly
@@ -88,9 +89,9 @@ def build_model(
         model = cls.from_config(config) if hasattr(cls, "from_config") else cls(config)
     else:
         model = cls.from_pretrained(local_model_path(model_name_or_path), config=config, cache_dir=cache_dir)
-    if constant_matrices is not None or mean_outputs is not None:
+    if constant_matrices is not None or mean_outputs is not None or structured is not None:
         patch_model(model, constant_matrices, static_heads=static_heads, mix_all_heads=mix_all_heads,
-                    mean_outputs=mean_outputs, reorder=reorder)
+                    mean_outputs=mean_outputs, reorder=reorder, structured=structured)
     if freeze_extract_seq_len is not None:
         kind = "token" if "TokenClassification" in type(model).__name__ else "sequence"
         return PROBES[kind](model, freeze_extract_seq_len)
@@ -127,7 +128,11 @@ def load_papa_model(path, device="cpu"):
     if "model_class" not in papa:
         raise PapaError(f"{path}/config.json has no 'papa' section: not a PAPA model folder")
     config.papa = None
-    constants = means = None
+    constants = means = structured = None
+    shape = (config.num_hidden_layers, config.num_attention_heads)
+    if "structured" in papa:
+        structured = (torch.zeros(*shape, papa["structured"]["sink_len"]),
+                      torch.zeros(*shape, papa["structured"]["profile_len"]))
     if "seq_len" in papa:  # placeholders of the right shapes; the state dict fills them
         t, shape = papa["seq_len"], (config.num_hidden_layers, config.num_attention_heads)
         if papa.get("head_mode", "constant") == "mean_output":
@@ -138,7 +143,8 @@ def load_papa_model(path, device="cpu"):
     # it is, then lay it out
     stock_layout = "seq_len" in papa and papa.get("head_layout") != HEAD_LAYOUT
     model = build_model(papa["model_class"], config, None, constants, papa.get("static_heads"),
-                        papa.get("mix_all_heads", False), mean_outputs=means, reorder=not stock_layout)
+                        papa.get("mix_all_heads", False), mean_outputs=means, reorder=not stock_layout,
+                        structured=structured)
     probe = papa.get("probe")
     if probe:
         model = PROBES[probe["kind"]](model, probe["seq_len"])
