@@ -20,6 +20,7 @@ from ..errors import PapaError, check_positive, check_seed, check_writable_folde
 from ..io import load_json_object
 from ..models.bundled import check_model_path
 from ..models.modeling import training_mode
+from .structured_constants import check_structured_flags
 
 # the sweep's control runs (papa.sweep.controls)
 SWEEP_CONTROLS = ("uniform", "random_order", "mean_output", "zero_output", "first_token", "trained_constant")
@@ -125,6 +126,12 @@ class ModelArguments:
     loo_prefix_cache: bool = field(default=True, metadata={
         "help": "--ranker loo / iterative: compute the blocks below a head's layer once per batch and reuse them "
                 "(false: every replacement runs the whole model; the same scores, slower)."})
+    constants: Literal["full", "toeplitz", "sink_window"] = field(default="full", metadata={
+        "help": "What constant heads attend with: full (avgs.pt, the original); toeplitz or sink_window (a decoder's "
+                "structured_constants.pt in --static_heads_dir, from the averaging script's --constants: any "
+                "--max_seq_length; docs/long_context.md)."})
+    sink_tokens: int | None = field(default=None, metadata={"help": "The averaging script's; accepted for the sweep."})
+    window: int | None = field(default=None, metadata={"help": "The averaging script's; accepted for the sweep."})
 
     def __post_init__(self):
         check_model_paths(self)
@@ -143,6 +150,12 @@ class ModelArguments:
         check_positive(self.ranker_steps, "--ranker_steps")
         if self.gates_l1 < 0:
             raise PapaError(f"--gates_l1 must be 0 or more; got {self.gates_l1}")
+        clash = {"--replace_heads_with " + self.replace_heads_with: self.replace_heads_with != "constant",
+                 "--ranker " + self.ranker: self.sort_calculating and self.ranker != "lambda",
+                 "--grad_for_classifier_and_static_only": self.grad_for_classifier_and_static_only}
+        if self.constants != "full" and any(clash.values()):
+            raise PapaError(f"--constants {self.constants} (structured constants) does not go with "
+                            f"{next(f for f, on in clash.items() if on)}, which needs full constant matrices")
 
 
 TASK_HELP = ("Task (case-insensitive): cola sst2 mrpc qqp stsb mnli qnli rte wnli repeat, lm (language modelling "
@@ -269,6 +282,16 @@ class AveragingArguments:
     preprocessing_num_workers: int | None = field(default=None, metadata={"help": "Processes that tokenise the data."})
     mean_outputs: bool = field(default=False, metadata={
         "help": "Also write mean_outputs.pt: each head's mean output per position (for --replace_heads_with mean_output)."})
+    constants: Literal["full", "toeplitz", "sink_window"] = field(default="full", metadata={
+        "help": "What to write: full (avgs.pt and the sums, T x T per head: the original); toeplitz (a causal "
+                "decoder's structured constants, structured_constants.pt: per head a weight on the first "
+                "--sink_tokens positions and a profile over relative distance, averaged straight from the data with "
+                "no T x T tensor kept, applicable at any length); sink_window (StreamingLLM's pattern, uniform on "
+                "the first --sink_tokens positions and the last --window; reads no data). docs/long_context.md."})
+    sink_tokens: int | None = field(default=None, metadata={
+        "help": "--constants toeplitz / sink_window: the first positions that are the sink (default 1 / 4)."})
+    window: int | None = field(default=None, metadata={
+        "help": "--constants sink_window: the recent positions each token attends to, itself included (default 64)."})
     mixed_precision: str = field(default="no", metadata={
         "help": "Run the forward under autocast in fp16 or bf16 (as the original's accelerate --mixed_precision); "
                 "the sums are still accumulated in float64. One of: no, fp16, bf16."})
@@ -279,6 +302,7 @@ class AveragingArguments:
             raise PapaError("--output_dir is required (the folder avgs.pt goes to)")
         if self.use_auth_token and self.token is None:
             self.token = True  # huggingface_hub: True = the stored token
+        check_structured_flags(self)
         if self.mixed_precision not in MIXED_PRECISIONS:
             raise PapaError(f"--mixed_precision must be one of {', '.join(MIXED_PRECISIONS)}; got {self.mixed_precision!r}")
         for flag in ("max_length", "per_device_train_batch_size", "max_train_samples", "preprocessing_num_workers"):

@@ -24,6 +24,7 @@ from transformers import TrainerCallback
 from ..console import stage
 from ..errors import PapaError
 from ..families import attention_modules
+from ..families.structured import layer_matrices
 from ..families.block_triangle import BlockTriangle, dense
 from ..io import save_json, save_text
 from ..method.attention import lambdas_array
@@ -47,7 +48,10 @@ def model_profiles(model):
     """head_profiles of the constant matrices a mix-mode model holds, (L, H) each, read a layer at a time."""
     per_layer = []
     for module in attention_modules(model):
-        constants = module.constant_matrices.detach().float()
+        if module.head_mode == "structured":  # materialised at the length their profile was averaged at
+            constants = layer_matrices(module, module.structured_profile.shape[1]).detach().float()
+        else:
+            constants = module.constant_matrices.detach().float()
         if module.papa_block is not None:
             constants = BlockTriangle(constants, module.papa_seq_len, module.papa_block)
         constants = module.papa_stock_order(dense(constants), dim=0)

@@ -43,6 +43,7 @@ from ..models.pretrained import check_model_paths, load_config_and_tokenizer
 from ..method.ranking import check_static_heads_num, first_k_heads, load_sorted_heads
 from .ranking import prepare_lambda_training, rank_heads, ranking_units, save_lambda_ranking
 from ..data.task_folders import resolve_data_dir
+from .structured_constants import run_constants, structured_averager, write_sink_window, write_toeplitz
 from ..data.tokenized_cache import tokenize_cached
 
 logger = logging.getLogger("papa")
@@ -115,16 +116,20 @@ def run_averaging(task, args):
     else:
         model = AutoModel.from_pretrained(path, config=config, cache_dir=args.cache_dir, attn_implementation="eager")
     model.to(device)
+    if args.constants == "sink_window":  # no averages: the pattern is the flags'
+        return write_sink_window(args, config) if distributed_context()[0] == 0 else None
     # each process reads a disjoint shard: no example is counted twice, whatever the sizes
     loader = DataLoader(Subset(tokenized, shard(len(tokenized), rank, world_size)),
                         batch_size=args.per_device_train_batch_size, collate_fn=default_data_collator)
     progress = progress_bar(len(loader), "Averaging", disable=rank != 0)
     autocast_dtype = {"no": None, "fp16": torch.float16, "bf16": torch.bfloat16}[args.mixed_precision]
     averager = accumulate_attention(model, loader, args.max_length, device, progress, mean_outputs=args.mean_outputs,
-                                    autocast_dtype=autocast_dtype)
+                                    autocast_dtype=autocast_dtype, averager=structured_averager(args, config, device))
     progress.close()
     averager.all_reduce()
-    if rank == 0:
+    if rank == 0 and args.constants == "toeplitz":
+        write_toeplitz(args, averager)
+    elif rank == 0:
         averager.save(args.output_dir, averages_info(task.name, path or f"untrained {args.model_type}",
                                                      args.max_length, averager.num_examples))
         stage(f"wrote avgs.pt{' and mean_outputs.pt' if args.mean_outputs else ''} [{config.num_hidden_layers}, "
@@ -153,12 +158,13 @@ REPLACEMENT_FILES = {"constant": "avgs.pt", "mean_output": "mean_outputs.pt", "z
 
 
 class HeadReplacement(NamedTuple):
-    """What a probing run replaces heads with (at most one of the two tensors), and which heads."""
+    """What a probing run replaces heads with (at most one of the three), and which heads."""
 
     constant_matrices: torch.Tensor | None  # avgs.pt [L, H, T, T]
     mean_outputs: torch.Tensor | None  # mean_outputs.pt [L, H, T, d], with --replace_heads_with mean_output
     static_heads: dict  # {layer: [heads]}
     mix_all_heads: bool  # the ranking run
+    structured: tuple | None = None  # --constants toeplitz / sink_window: (sink [L, H, S], profile [L, H, D])
 
     @property
     def loaded(self):
@@ -177,6 +183,9 @@ def load_replacements(model_args, config, static_heads, seq_len):
     if model_args.replace_heads_with == "mean_output":
         means = load_mean_outputs(model_args.static_heads_dir, *shape, head_dim(config))
         return HeadReplacement(None, means, static_heads, False)
+    structured = run_constants(model_args, config)
+    if structured is not None:
+        return HeadReplacement(None, None, static_heads, False, structured)
     return HeadReplacement(load_constant_matrices(model_args.static_heads_dir, *shape), None, static_heads, False)
 
 
@@ -194,7 +203,9 @@ def heads_to_replace(model_args, config, seq_len):
             raise PapaError("--sort_calculating needs --static_heads_dir (the folder holding avgs.pt)")
         if k:
             raise PapaError("--sort_calculating mixes every head; drop --static_heads_num")
-        return HeadReplacement(load_constant_matrices(model_args.static_heads_dir, num_layers, num_heads), None, {}, True)
+        structured = run_constants(model_args, config)
+        constants = None if structured else load_constant_matrices(model_args.static_heads_dir, num_layers, num_heads)
+        return HeadReplacement(constants, None, {}, True, structured)
     reads_file = REPLACEMENT_FILES[mode] is not None
     needed = ("--static_heads_dir", "--sorting_heads_dir") if reads_file else ("--sorting_heads_dir",)
     missing = [f for f in needed if not getattr(model_args, f[2:])]
@@ -350,7 +361,7 @@ def run_probing(task, model_args, data_args, training_args):
           f"mode={(mode or 'full fine-tuning') if training_args.do_train else 'evaluation only'}, T={data_args.max_seq_length}")
     model = build_model(task.model_class, config, path, heads.constant_matrices, heads.static_heads,
                         heads.mix_all_heads, data_args.max_seq_length if model_args.use_freeze_extract_pooler else None,
-                        model_args.cache_dir, mean_outputs=heads.mean_outputs)
+                        model_args.cache_dir, mean_outputs=heads.mean_outputs, structured=heads.structured)
     ranker = model_args.ranker if heads.mix_all_heads else None
     if ranker not in (None, "lambda"):  # the probe trains at k = 0 first, alone (papa.runs.ranking)
         mode = "grad_for_classifier_only"

@@ -161,7 +161,7 @@ def control_setups(plan, seed):
     """{control: Setup} for the runs of `seed` (the ranking is that seed's with --rank_per_seed)."""
     out = plan.output_dir
     avgs_dir, sort_dir = os.path.join(out, "avgs"), plan.ranking_folder(seed)
-    ranking, avgs = os.path.join(sort_dir, "sorted_heads.json"), os.path.join(avgs_dir, "avgs.pt")
+    ranking, avgs = os.path.join(sort_dir, "sorted_heads.json"), os.path.join(avgs_dir, plan.constants_file)
     return {
         "uniform": Setup(os.path.join(out, UNIFORM_DIR), sort_dir, [os.path.join(out, UNIFORM_DIR, "avgs.pt"), ranking]),
         "random_order": Setup(avgs_dir, os.path.join(out, RANDOM_DIR),
@@ -177,7 +177,7 @@ def control_setups(plan, seed):
 def control_setup(plan, seed, name):
     """The Setup of control `name` for the runs of `seed`: a fixed control's, or an ordering's."""
     out, avgs_dir = plan.output_dir, os.path.join(plan.output_dir, "avgs")
-    avgs = os.path.join(avgs_dir, "avgs.pt")
+    avgs = os.path.join(avgs_dir, plan.constants_file)
     if name.startswith("ranker_"):
         folder = plan.ranking_folder(seed, name[len("ranker_"):])
         return Setup(avgs_dir, folder, [avgs, os.path.join(folder, "sorted_heads.json")])

@@ -88,7 +88,7 @@ def check_passthrough(extra_args):
 # The training runs' flags that also decide what the averaging pass averages (the same data, tokenizer and model
 # weights), passed to the averaging stage under the same name.
 AVERAGING_FLAGS = {
-    "--original_token_types", "--dataset_name", "--dataset_config_name", "--text_column_name", "--label_column_name",
+    "--constants", "--sink_tokens", "--window", "--original_token_types", "--dataset_name", "--dataset_config_name", "--text_column_name", "--label_column_name",
     "--config_name", "--tokenizer_name", "--model_revision", "--token", "--use_auth_token", "--preprocessing_num_workers",
 }
 
@@ -158,3 +158,23 @@ def epilog():
             f"(T={quick['max_seq_length']}, {quick['num_train_epochs']:g} epochs, ranking run "
             f"{quick['sort_num_train_epochs']:g} epoch, lr {quick['learning_rate']:g} constant, batch "
             f"{quick['per_device_train_batch_size']}).")
+
+
+# controls that read or train full constant matrices (avgs.pt, mean_outputs.pt), which structured constants replace
+FULL_CONSTANT_CONTROLS = ("uniform", "mean_output", "trained_constant")
+
+
+def constants_file(passthrough):
+    """The averaging stage's artifact for the passed-through --constants: avgs.pt, or structured_constants.pt."""
+    from ..method.structured_averaging import STRUCTURED_NAME
+
+    kinds = [value for name, value in passthrough_flags(passthrough) if name == "--constants"]
+    return "avgs.pt" if not kinds or kinds[-1] == "full" else STRUCTURED_NAME
+
+
+def check_structured_controls(plan):
+    """Structured constants go with the orderings and the controls that read no constants, not with these."""
+    clash = [c for c in plan.controls if c in FULL_CONSTANT_CONTROLS]
+    if plan.constants_file != "avgs.pt" and clash:
+        raise PapaError(f"--constants (structured constants) does not go with the {', '.join(clash)} control(s), which "
+                        "use full constant matrices: drop them, or run with --constants full")

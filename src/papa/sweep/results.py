@@ -344,9 +344,11 @@ def write_results(plan, model_name, stages=()):
             label: [(r.get(col), r.get(f"{col}_ci_low"), r.get(f"{col}_ci_high")) for r in rows]
             for label, col in columns_of.items()}, os.path.join(output_dir, "differences.png"),
             f"Controls against PAPA: {model_name} on {task.name}", total_heads)
-    plots.plot_constant_matrices(avgs_pt, os.path.join(sort_dir, "sorted_heads.json"),
-                                 os.path.join(output_dir, "constant_matrices.png"),
-                                 f"Constant matrices (avgs.pt) of the top-ranked heads: {model_name} on {task.name}")
+    if os.path.isfile(avgs_pt):  # full constants only (not --constants toeplitz / sink_window)
+        plots.plot_constant_matrices(avgs_pt, os.path.join(sort_dir, "sorted_heads.json"),
+                                     os.path.join(output_dir, "constant_matrices.png"),
+                                     f"Constant matrices (avgs.pt) of the top-ranked heads: {model_name} on "
+                                     f"{task.name}")
     return Results(columns, rows, markdown, warning, samples, distributions, len(tables), rankings)
 
 

@@ -15,6 +15,7 @@ leaks from one stage to the next and the sweep works from any install.
 Slurm job; the default runs them one at a time, here.
 """
 
+import dataclasses
 import os
 import shlex
 import time
@@ -28,7 +29,8 @@ from ..data.tasks import KINDS
 from ..data.tokenized_cache import CACHE_ENV
 from . import controls, orderings
 from .child import start_fork_server
-from .defaults import averaging_flags, check_data_source, check_passthrough, default_static_heads_nums, task_defaults
+from .defaults import (averaging_flags, check_data_source, check_passthrough, check_structured_controls,
+                       constants_file, default_static_heads_nums, task_defaults)
 from .launchers import check_launcher, make_launcher, run_scheduled, sweep_tasks
 from .results import remove_results, write_results
 from .stages import Stage, human, removed_unless_finished, run_stage
@@ -59,6 +61,7 @@ class Plan:
     bootstrap_samples: int = 1000
     rankers: tuple = ("lambda",)  # --ranker: the first ranks PAPA's runs (sort/), the others are orderings
     ranker_flags: tuple = ()  # ((ranker, flags of its ranking runs beyond --sort_calculating), ...)
+    constants_file: str = "avgs.pt"  # what the averaging stage writes: structured_constants.pt with --constants
 
     @property
     def total_heads(self):
@@ -179,7 +182,7 @@ def make_stages(plan, args, passthrough):
     avgs_args += averaging_flags(passthrough)  # the data, model and precision the training runs get
     if args.max_train_samples is not None:  # average over the examples the probes are trained on
         avgs_args += ["--max_train_samples", str(args.max_train_samples)]
-    avgs_outputs = ["avgs.pt"]
+    avgs_outputs = [plan.constants_file]
     if "mean_output" in plan.controls:  # the mean-output control's artifact comes from the same pass
         avgs_args.append("--mean_outputs")
         avgs_outputs.append("mean_outputs.pt")
@@ -198,7 +201,7 @@ def make_stages(plan, args, passthrough):
                 "--static_heads_dir", static_dir, "--save_total_limit", "0", "--seed", str(seed),
                 *limits, *mode, *passthrough]
 
-    avgs_pt = os.path.join(avgs_dir, "avgs.pt")
+    avgs_pt = os.path.join(avgs_dir, plan.constants_file)
 
     def probing(name, description, k, static_dir, ranking_dir, inputs, extra=(), seed=plan.seed, tag=None,
                 train_constants=False):
@@ -287,7 +290,8 @@ def prepare_sweep(args, task, passthrough=()):
     passthrough = shlex.split(args.extra_args) + list(passthrough)
     check_passthrough(passthrough)
     check_data_source(task, args.data_dir, args.train_file, passthrough)
-    plan = make_plan(args, task)
+    plan = dataclasses.replace(make_plan(args, task), constants_file=constants_file(passthrough))
+    check_structured_controls(plan)
     stages = make_stages(plan, args, passthrough)
     for ranker in plan.rankers:  # each ranker's first ranking stage
         check_training_flags(next(s for s in stages if s.folder == plan.ranking_folder(plan.ranking_seeds[0], ranker)))

@@ -1,0 +1,74 @@
+"""The scripts' `--constants toeplitz | sink_window`: a decoder's structured constants (papa/families/structured.py),
+written by the averaging script as structured_constants.pt and read by the probing runs at any length."""
+
+import os
+
+from ..console import stage
+from ..errors import PapaError
+from ..families import family_for
+from ..method.attention import load_structured
+from ..method.structured_averaging import (STRUCTURED_NAME, StructuredAverager, read_structured, save_structured,
+                                           sink_window)
+
+DEFAULT_SINK_TOKENS = {"toeplitz": 1, "sink_window": 4}
+DEFAULT_WINDOW = 64
+
+
+def check_structured_flags(args):
+    """The averaging script's --constants, --sink_tokens and --window go together."""
+    from ..errors import check_positive
+
+    check_positive(args.sink_tokens, "--sink_tokens")
+    check_positive(args.window, "--window")
+    if args.window is not None and args.constants != "sink_window":
+        raise PapaError("--window is the sink_window constants' window: add --constants sink_window, or drop it")
+    if args.mean_outputs and args.constants != "full":
+        raise PapaError(f"--mean_outputs records head outputs beside full averages; drop it with --constants "
+                        f"{args.constants}")
+
+
+def check_decoder(config, constants):
+    if not family_for(config).causal:
+        raise PapaError(f"--constants {constants} builds a causal decoder's constants; this {config.model_type} model "
+                        "is an encoder: use --constants full")
+
+
+def structured_averager(args, config, device):
+    """The averaging pass's averager for --constants toeplitz (None for full)."""
+    if args.constants == "full":
+        return None
+    check_decoder(config, args.constants)
+    return StructuredAverager(config.num_hidden_layers, config.num_attention_heads, args.max_length,
+                              args.sink_tokens or DEFAULT_SINK_TOKENS["toeplitz"], device)
+
+
+def write_sink_window(args, config):
+    """--constants sink_window: StreamingLLM's constants, from the flags alone."""
+    check_decoder(config, "sink_window")
+    sink, profile = sink_window(config.num_hidden_layers, config.num_attention_heads,
+                                args.sink_tokens or DEFAULT_SINK_TOKENS["sink_window"], args.window or DEFAULT_WINDOW)
+    path = os.path.join(args.output_dir, STRUCTURED_NAME)
+    save_structured(path, sink, profile, "sink_window", args.max_length, 0)
+    stage(f"wrote {STRUCTURED_NAME} (sink_window: {sink.shape[-1]} sink tokens, window {profile.shape[-1]}) to "
+          f"{args.output_dir}")
+
+
+def write_toeplitz(args, averager):
+    sink, profile = averager.constants()
+    save_structured(os.path.join(args.output_dir, STRUCTURED_NAME), sink, profile, "toeplitz", args.max_length,
+                    averager.num_examples)
+    stage(f"wrote {STRUCTURED_NAME} (toeplitz: sink [{', '.join(map(str, sink.shape))}], profile "
+          f"[{', '.join(map(str, profile.shape))}]) from {averager.num_examples} examples to {args.output_dir}")
+
+
+def run_constants(model_args, config):
+    """(sink, profile) for a probing run with --constants toeplitz / sink_window, else None."""
+    if model_args.constants == "full" or not model_args.static_heads_dir:
+        return None
+    check_decoder(config, model_args.constants)
+    path = os.path.join(model_args.static_heads_dir, STRUCTURED_NAME)
+    kind = read_structured(path)["kind"]
+    if kind != model_args.constants:
+        raise PapaError(f"{path} holds {kind} constants, not {model_args.constants}: pass --constants {kind}, or "
+                        f"rerun the averaging script with --constants {model_args.constants}")
+    return load_structured(path, config.num_hidden_layers, config.num_attention_heads)
