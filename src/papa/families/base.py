@@ -220,7 +220,7 @@ class PapaAttention:
         if self.head_mode == "mean_output":
             result = mean_output(self.mean_outputs.to(values.dtype), valid, values.shape[0])
             return result if out is None else out.copy_(result)
-        if self.head_mode == "structured" and self.papa_band(values.shape[1]) is None:  # O(T log T), no (T, T)
+        if self.head_mode == "structured" and structured.uses_fft(self, values.shape[1]):  # O(T log T), no (T, T)
             result = structured.structured_output(self.structured_sink, self.structured_profile, values, valid)
             return result if out is None else out.copy_(result)
         constants = self._constants(values.dtype, values.shape[1])

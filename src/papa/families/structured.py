@@ -38,10 +38,14 @@ def dense(sink, profile, seq_len):
 
 def causal_convolution(kernel, signal):
     """y[..., i] = Σ_{t=0}^{i} kernel[..., t] · signal[..., i − t], by FFT: kernel (..., D) and signal (..., T),
-    broadcast against each other → (..., T). Runs in float32 at least (float64 for float64)."""
+    broadcast against each other → (..., T), in float64.
+
+    Always float64: an FFT's rounding error is relative to the largest term of the whole transform, not to each
+    output, so in float32 the small outputs of early rows came out with absolute errors up to 9e-3 at T = 2048
+    (benchmarks/structured_product.py); in float64 they are below 1e-6 of float32's own product."""
     T, D = signal.shape[-1], kernel.shape[-1]
     n = 1 << (T + min(D, T) - 1).bit_length()  # ≥ T + D − 1: no wrap-around into the first T outputs
-    dtype = reduction_dtype(torch.promote_types(kernel.dtype, signal.dtype))
+    dtype = torch.float64
     spectrum = torch.fft.rfft(kernel[..., :T].to(dtype), n) * torch.fft.rfft(signal.to(dtype), n)
     return torch.fft.irfft(spectrum, n)[..., :T]
 
@@ -83,6 +87,16 @@ def structured_output(sink, profile, values, valid):
 
     scale = m[:, None, :] / row_divisor(denominator)  # (B, H, T): 0 on padded and all-zero rows
     return (numerator * scale[:, :, None, :]).permute(0, 3, 1, 2).to(values.dtype)
+
+
+# From this length on the FFT product beats materialising the (H, T, T) matrices per call
+# (benchmarks/structured_product.py); below it, and in windowed layers, they are materialised.
+FFT_MIN_LENGTH = 1024
+
+
+def uses_fft(layer, seq_len):
+    """Whether a structured layer's constant heads run the FFT product at this length."""
+    return seq_len >= FFT_MIN_LENGTH and layer.papa_band(seq_len) is None
 
 
 def layer_matrices(layer, seq_len):
