@@ -8,9 +8,9 @@ Two parts, on the machine as it is (nothing else should run; the load is made he
    torch's threads fitted to the free cores (papa.threads, the default); and beside the load with
    OMP_NUM_THREADS=<cores> (what every command did before papa.threads). One run each: 4-20 min apiece.
 
-    python benchmarks/busy_machine.py --busy 1 --out benchmarks/results/busy_machine_cpu.md
+    python benchmarks/busy_machine.py --busy 1 --out /tmp/busy_machine_cpu.md
 
-Writes a markdown report with the machine, the load averages seen, and the ratios (docs/performance.md reads it).
+Writes a markdown report with the machine, the load averages seen, and the ratios (docs/performance.md quotes it).
 """
 
 import argparse

@@ -6,7 +6,8 @@ Runs the bundled MiniLM on CoLA, SST-2 and CoNLL-2003 NER at a tiny budget three
 `--launcher inline`, `--launcher local --max_parallel 2 --cpus_per_stage 1`, and `--launcher slurm` (needs a running
 cluster: .ci/slurm_up.sh). Reports each run's wall time, and the critical path of the inline run's stages (per pair:
 averages → ranking → its longest probing run; the grid's is the longest pair's), which bounds what any number of
-parallel stages could reach with the inline run's per-stage times. Writes benchmarks/results/launchers_grid.{md,json}.
+parallel stages could reach with the inline run's per-stage times. Writes benchmarks/results/launchers_grid.md (with
+every run's seconds).
 """
 
 import argparse
@@ -85,10 +86,10 @@ def main():
               f"path (per pair: averages → ranking → the longest probing run; the longest pair) is "
               f"{bound / 60:.1f} min: with unlimited parallel stages at the inline run's per-stage times, the grid "
               f"could take no less. Per pair: " + ", ".join(f"{k} {v / 60:.1f} min" for k, v in per_pair.items()) + "."]
+    lines += ["", "Each run in seconds (1-minute load average at its end): " + "; ".join(
+        f"{name} " + ", ".join(f"{r['seconds']:.1f} ({r['load_average_1m_end']:.2f})" for r in rs)
+        for name, rs in runs.items()) + "."]
     (REPO / "benchmarks" / "results" / "launchers_grid.md").write_text("\n".join(lines) + "\n")
-    (REPO / "benchmarks" / "results" / "launchers_grid.json").write_text(json.dumps(
-        {"date": date, "runs": runs, "critical_path_seconds": bound, "per_pair": per_pair,
-         "inline_stage_seconds_total": serial}, indent=2) + "\n")
     print("\n".join(lines))
 
 

@@ -19,7 +19,7 @@ Steps, each a command run under /usr/bin/time (its maximum resident set size, th
   timing      stock, half constant (constants held as strips of their lower triangles), and half constant held
               as full matrices (the plain product): forwards interleaved (stock, a, stock, b, ...) for --rounds
               rounds, in one process; medians, IQRs, and the paired ratios
-Writes <out>.json (every figure, the commands, the machine) and <out>.md (the table).
+Writes <out>.md: the table, every timed forward, the commands, the machine.
 """
 
 import argparse
@@ -192,7 +192,7 @@ def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--seq_len", type=int, default=2048)
     parser.add_argument("--work", default=os.path.join(tempfile.gettempdir(), "papa_long_context"))
-    parser.add_argument("--out", default=None, help="<out>.json and <out>.md; none: print only")
+    parser.add_argument("--out", default=None, help="write <out>.md; none: print only")
     parser.add_argument("--data_dir", default=os.path.join(ROOT, "..", "shared", "data"))
     parser.add_argument("--avg_blocks", type=int, default=3)
     parser.add_argument("--rank_blocks", type=int, default=2)
@@ -224,11 +224,10 @@ def main(argv=None):
         results["steps"][name] = entry
         print(f"{name}: peak RSS {gb:.2f} GB, {seconds:.0f} s" + "".join(
             f", {k} {entry[k]} GB" for k in ("avgs_gb", "folder_gb") if k in entry), flush=True)
-    if args.out:
-        with open(args.out + ".json", "w") as f:
-            json.dump(results, f, indent=1)
-        with open(args.out + ".md", "w") as f:
+    if args.out:  # one file: the table, every round's time, the commands, the machine
+        with open(args.out + ".md.tmp", "w") as f:
             f.write(report(results, shlex.join([os.path.relpath(sys.argv[0], ROOT), *sys.argv[1:]])))
+        os.replace(args.out + ".md.tmp", args.out + ".md")
     return results
 
 
@@ -251,6 +250,9 @@ def report(results, command):
             ratio = (f"{row['speedup_vs_stock_median']:.2f} [{row['speedup_vs_stock_range'][0]:.2f}, "
                      f"{row['speedup_vs_stock_range'][1]:.2f}]" if "speedup_vs_stock_median" in row else "")
             lines.append(f"| {name} | {row['median_s']:.2f} | {row['iqr_s']:.2f} | {ratio} |")
+        lines += ["", "Every forward in order (s): " + "; ".join(
+            f"{name} " + ", ".join(f"{t:.2f}" for t in times) for name, times in steps_["timing"]["times"].items())
+            + "."]
     lines += ["", "Commands:", ""] + [f"- {name}: `{entry['command']}`" for name, entry in steps_.items()]
     return "\n".join(lines) + "\n"
 

@@ -1,5 +1,6 @@
 """The repository kept in order: the flags reference is current, local links resolve, papa's imports
-have no circle, no module is over 400 lines, `import papa` changes nothing in the process."""
+have no circle, no module is over 400 lines, benchmarks/ keeps one current result per benchmark (≤ 30 files, its
+README ≤ 150 lines), `import papa` changes nothing in the process."""
 
 import ast
 import importlib.util
@@ -12,6 +13,8 @@ from conftest import REPO
 
 SRC = REPO / "src"
 MAX_LINES = 400
+MAX_BENCHMARK_FILES = 30  # one current result per benchmark; superseded ones go to docs/performance.md
+MAX_BENCHMARK_README_LINES = 150
 
 
 def load(path):
@@ -119,6 +122,34 @@ def test_no_module_over_400_lines():
     long = {str(path.relative_to(REPO)): n for path in [*SRC.rglob("*.py"), *(REPO / "tests").glob("*.py")]
             if (n := len(path.read_text(encoding="utf-8").splitlines())) > MAX_LINES}
     assert not long, f"modules over {MAX_LINES} lines (split them by concept): {long}"
+
+
+def benchmark_files(folder):
+    """Every file under `folder`, recursively, but Python's byte-code caches (written by running the scripts)."""
+    return sorted(str(path.relative_to(folder)) for path in folder.rglob("*")
+                  if path.is_file() and "__pycache__" not in path.relative_to(folder).parts)
+
+
+def test_benchmarks_folder_holds_at_most_30_files():
+    files = benchmark_files(REPO / "benchmarks")
+    assert "README.md" in files and any(f.startswith("results") for f in files)  # it counts the right folder
+    assert len(files) <= MAX_BENCHMARK_FILES, (
+        f"benchmarks/ holds {len(files)} files (limit {MAX_BENCHMARK_FILES}): keep one current result per benchmark "
+        f"and move what it supersedes to docs/performance.md: {files}")
+
+
+def test_benchmark_files_are_counted_recursively_without_caches(tmp_path):
+    for name in ("README.md", "results/a.md", "results/deep/b.json", "__pycache__/x.pyc", "results/__pycache__/y.pyc"):
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text("x")
+    assert benchmark_files(tmp_path) == ["README.md", "results/a.md", "results/deep/b.json"]
+
+
+def test_benchmarks_readme_is_at_most_150_lines():
+    n = len((REPO / "benchmarks" / "README.md").read_text(encoding="utf-8").splitlines())
+    assert n <= MAX_BENCHMARK_README_LINES, (
+        f"benchmarks/README.md has {n} lines (limit {MAX_BENCHMARK_README_LINES}): the current results only; what "
+        f"earlier runs established goes to docs/performance.md")
 
 
 @pytest.mark.parametrize("module", ["papa", "papa.cli.sweep", "papa.benchmark.run"])
