@@ -204,28 +204,33 @@ def bridge(smollm2_folder):
 
 @pytest.mark.parametrize("k", [0, 135])
 def test_transformer_lens_bridge_with_the_hooks_matches_papas_smollm2(smollm2_folder, bridge, k):
-    """float32 throughout. Papa's own two paths (fused kernels; probabilities, with output_attentions) differ by
-    float32 rounding; the bridge with the hooks must agree with papa within a few times that, and within 2e-5 of
-    the logits' scale."""
+    """float32 throughout; a full row and a left-padded one (its padded keys inside the causal band). Papa's own two
+    paths (fused kernels; probabilities, with output_attentions) differ by float32 rounding; the bridge with the
+    hooks must agree with papa within a few times that, and within 2e-5 of the logits' scale."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     tokenizer = AutoTokenizer.from_pretrained(smollm2_folder)
-    ids = tokenizer("The capital of France is Paris, and the capital of Italy is Rome. The capital of Spain is",
-                    return_tensors="pt", max_length=SMOL_T, truncation=True)["input_ids"]
-    assert ids.shape == (1, SMOL_T)
+    full = tokenizer("The capital of France is Paris, and the capital of Italy is Rome. The capital of Spain is",
+                     return_tensors="pt", max_length=SMOL_T, truncation=True)["input_ids"][0]
+    short = tokenizer("A dog barked at the mailman.", return_tensors="pt")["input_ids"][0]
+    assert len(full) == SMOL_T and len(short) < SMOL_T - 4
+    ids, mask = torch.full((2, SMOL_T), tokenizer.pad_token_id), torch.zeros(2, SMOL_T, dtype=torch.long)
+    ids[0], mask[0] = full, 1
+    ids[1, SMOL_T - len(short):], mask[1, SMOL_T - len(short):] = short, 1
     model = AutoModelForCausalLM.from_pretrained(smollm2_folder, dtype=torch.float32).eval()
     layers, heads = model.config.num_hidden_layers, model.config.num_attention_heads
     constants = torch.tril(random_constants(layers, heads, SMOL_T, seed=5))
     ranking = [[i // heads, i % heads] for i in torch.randperm(layers * heads,
                                                                 generator=torch.Generator().manual_seed(6)).tolist()]
     papa.patch_model(model, constants, static_heads=ranking[:k])
-    hooks = pattern_hooks(constants, ranking, k, model=bridge)
+    hooks = pattern_hooks(constants, ranking, k, model=bridge, attention_mask=mask)
     assert len(hooks) == len({layer for layer, _ in ranking[:k]})
+    real = mask.bool()
     with torch.no_grad():
-        fast = model(input_ids=ids).logits
-        probabilities = model(input_ids=ids, output_attentions=True).logits
-        got = bridge.run_with_hooks(ids, fwd_hooks=hooks)
-        stock = bridge(ids)
+        fast = model(input_ids=ids, attention_mask=mask).logits[real]
+        probabilities = model(input_ids=ids, attention_mask=mask, output_attentions=True).logits[real]
+        got = bridge.run_with_hooks(ids, fwd_hooks=hooks, attention_mask=mask)[real]
+        stock = bridge(ids, attention_mask=mask)[real]
     papas_rounding = (fast - probabilities).abs().max()
     for expected in (fast, probabilities):
         assert_close(got, expected, rtol=0, atol=2e-5 * float(expected.abs().max()))

@@ -15,9 +15,10 @@ a position no training example reached, stays 0). The band is a decoder's causal
 where the layer has one); an encoder has none. Layers without replaced heads get no hook, as papa leaves them
 stock. As in papa, the constants are T × T for one T: a pattern of another length is refused.
 
-nnsight has no such hook point: it intervenes on modules' inputs and outputs, and a fused attention kernel's
-probabilities are neither. An nnsight user wraps papa's patched model instead (docs/api.md): the constant
-heads are then inside the modules nnsight traces.
+No nnsight counterpart is built: nnsight intervenes on modules' inputs and outputs, and transformers computes
+the probabilities inside its attention function, not as any module's output (reaching them through nnsight's
+`.source` would depend on each family's code layout). Papa's patched model is an ordinary HF model, which nnsight
+can wrap as it is (untested here: nnsight is not installed).
 """
 
 from functools import partial
