@@ -39,8 +39,8 @@ def layer_bands(model, num_layers, seq_len):
     """Per layer, the (T, T) bool band where a constant head may attend, or None (an encoder: everywhere).
 
     model: the HF model the hooks serve, or its TransformerBridge (its `original_model`), read for its family
-    and sliding windows as `patch_model` reads them (the family adapter's `papa_band`); None: a causal decoder without windows
-    (SmolLM2, Llama, GPT-2)."""
+    and sliding windows as `patch_model` reads them (the family adapter's `papa_band`); None: a causal decoder
+    without windows (SmolLM2, Llama, GPT-2)."""
     if model is None:
         return [causal_band(seq_len)] * num_layers
     model = getattr(model, "original_model", model)
