@@ -23,6 +23,10 @@ setup(
         "gguf>=0.10",  # .gguf models (papa.gguf), the bundled SmolLM2 among them
         "submitit>=1.5",  # --launcher slurm
     ],
+    extras_require={
+        # papa.interop's hooks for TransformerLens's TransformerBridge (docs/api.md); papa itself never imports it
+        "transformer-lens": ["transformer-lens>=4.3,<5"],
+    },
     entry_points={
         "console_scripts": [
             "papa-sweep=papa.cli.sweep:main",
