@@ -57,7 +57,7 @@ import torch
 
 from .block_triangle import BlockTriangle, dense
 from .call_cache import constant_facts, shared_validity
-from .constant_math import (constant_attention_output, constants_in, dropped_constant_output, in_place_ok,
+from .constant_math import (add_corrections, constant_attention_output, constants_in, dropped_constant_output, in_place_ok,
                              mean_output, normalize_rows, normalized_constant)
 from ..errors import PapaError
 from .pruning import head_rows, input_dim, joint_linear
@@ -130,6 +130,8 @@ class PapaAttention:
     papa_block     rows per strip of those strips, or None (full matrices)
     papa_seq_len   T, the length the constants (or mean outputs) were made for
     mean_outputs   (S, T, d) parameter in mean_output mode, or None
+    output_corrections  (S, T, d) parameter added to the constant heads' output (the mean_corrected replacement:
+                   E[A V] − Ā·E[V], papa.method.averaging), or None
     lambdas        (H,) parameter in mix mode, or None
     papa_band_mask (T, T) where constant heads may attend (held as the constants are: (N,) beside strips), or None
     papa_return_probs  True while papa.method.averaging records the attention (returns probabilities
@@ -138,6 +140,7 @@ class PapaAttention:
     """
 
     papa_return_probs = False
+    papa_value_hook = None  # while papa.method.averaging records mean values: called with each forward's (B, T, H, d)
     papa_head_order = None  # the stock heads in this layer's layout order; None: the stock order
     papa_layout_pending = False  # patched without reordering (a legacy folder being loaded)
     papa_lower_triangular = False  # a decoder's constants (causal band): zero above the diagonal
@@ -152,6 +155,8 @@ class PapaAttention:
         B, T, _ = call.hidden_states.shape
         self._check_length(T)
         values = self.papa_values(call)  # (B, T, H, d)
+        if self.papa_value_hook is not None:
+            self.papa_value_hook(self.papa_stock_order(values, dim=2))
         # only replaced heads need the padding pattern; an all-dynamic layer runs exactly like stock
         valid = self._validity(call) if self._has_replacements else None
         want_probs = call.want_probs or self.papa_return_probs
@@ -215,7 +220,8 @@ class PapaAttention:
             result = mean_output(self.mean_outputs.to(values.dtype), valid, values.shape[0])
             return result if out is None else out.copy_(result)
         constants = self._constants(values.dtype)
-        return constant_attention_output(constants, values, valid, out=out, **self._constant_facts(constants, valid))
+        result = constant_attention_output(constants, values, valid, out=out, **self._constant_facts(constants, valid))
+        return add_corrections(result, self.output_corrections, valid)
 
     # ------------------------------------------------------------------ head layout
 
@@ -268,6 +274,7 @@ class PapaAttention:
                 return dynamic
             constants = self._constants(values.dtype)
             constant = constant_attention_output(constants, values, valid, **self._constant_facts(constants, valid))
+            constant = add_corrections(constant, self.output_corrections, valid)  # a replacement's own c (mix mode)
             weight = self._mix_weights(values.dtype)[:, None, :, None]  # (1 or B, 1, H, 1)
             return constant + weight * (dynamic - constant)  # σ(λ)·A + (1−σ(λ))·C: λ's gradient reduces A − C, no cancellation
         if not self.static_heads:
@@ -298,7 +305,7 @@ class PapaAttention:
         return tuple(linear(x) for linear in linears)
 
     def _replacements(self):
-        return [p for p in (self.constant_matrices, self.mean_outputs) if p is not None]
+        return [p for p in (self.constant_matrices, self.mean_outputs, self.output_corrections) if p is not None]
 
     def _probabilities_path(self, call, values, valid):
         B, T, H, d = values.shape
@@ -320,8 +327,12 @@ class PapaAttention:
         if self.training and self.papa_dropout_p > 0:
             probs = probs * self._dropout_keep(probs, B, H, T)
         context = torch.matmul(probs, values.transpose(1, 2)).transpose(1, 2)  # (B, T, H, d)
+        if self.mix_all_heads and self.output_corrections is not None:  # c in the constant share: (1 − w)·c
+            context = context + (1 - weight).transpose(1, 2) * mean_output(self.output_corrections.to(context.dtype), valid, B)
         if self.static_heads and self.head_mode == "mean_output":
             context[:, :, D:] = self._replaced_output(values[:, :, D:], valid)
+        elif self.static_heads and self.output_corrections is not None:
+            context[:, :, D:] = add_corrections(context[:, :, D:].clone(), self.output_corrections, valid)
         return context, probs
 
     def _dropout_path(self, call, values, valid):
@@ -355,8 +366,9 @@ class PapaAttention:
                 parts.append(self._replaced_output(replaced, valid, out=target))
             else:
                 constants = self._constants(values.dtype)
-                parts.append(dropped_constant_output(constants, mask[:, D:], scale, replaced, valid, out=target,
-                                                     **self._constant_facts(constants, valid)))
+                parts.append(add_corrections(dropped_constant_output(
+                    constants, mask[:, D:], scale, replaced, valid, out=target,
+                    **self._constant_facts(constants, valid)), self.output_corrections, valid))
         if context is not None:
             return context
         return parts[0] if len(parts) == 1 else torch.cat(parts, dim=2)  # (B, T, H, d)

@@ -84,6 +84,17 @@ def load_mean_outputs(source, num_layers=None, num_heads=None, head_dim=None, nu
     return _check_head_tensor(tensor, what, num_layers, num_heads, num_kv_heads)
 
 
+def load_output_corrections(source, num_layers=None, num_heads=None, head_dim=None, num_kv_heads=None):
+    """A [L, H, T, d] float tensor of output corrections E[A V] − Ā·E[V] (the mean_corrected replacement) from a
+    tensor, `output_corrections.pt` or its folder."""
+    tensor, what = _load_tensor(source, "output_corrections.pt", "output corrections",
+                                "run the averaging script with --mean_corrections first")
+    if tensor.dim() != 4 or (head_dim is not None and tensor.shape[-1] != head_dim):
+        raise PapaError(f"output corrections must have shape [layers, heads, T, {head_dim or 'd'}]; "
+                        f"got {list(tensor.shape)}")
+    return _check_head_tensor(tensor, what, num_layers, num_heads, num_kv_heads)
+
+
 def static_heads_by_layer(static_heads, num_layers, num_heads):
     """`{layer: [heads]}` or `[[layer, head], ...]` → {layer: sorted heads}, validated."""
     if not static_heads:
@@ -117,7 +128,7 @@ def head_dim(config_or_model):
 
 
 def patch_model(model, constant_matrices=None, static_heads=None, mix_all_heads=False, mean_outputs=None,
-                reorder=True):
+                reorder=True, output_corrections=None):
     """Install PAPA attention in a loaded encoder or decoder, in place; returns the model.
 
     Any supported family (see papa.families.SUPPORTED_MODEL_TYPES): bare model, sequence or
@@ -132,6 +143,8 @@ def patch_model(model, constant_matrices=None, static_heads=None, mix_all_heads=
     mean_outputs: instead of constant matrices, a [L, H, T, d] tensor (or `mean_outputs.pt`):
         the replaced heads output their training-set mean context vector per position (the
         mean-ablation control; no attention at all). Pass it *instead of* constant_matrices.
+    output_corrections: with constant_matrices, a [L, H, T, d] tensor (or `output_corrections.pt`) added to the
+        replaced heads' output: norm(C·P)·V + E[A V] − Ā·E[V], the mean_corrected replacement (papa.method.averaging).
     reorder: lay each layer's heads out as [dynamic | replaced] (papa/families/base.py): permutes
         the value rows and the output projection's columns, recorded as config.papa["head_layout"].
         False only to load a folder saved in the stock layout; `reorder_heads` must follow.
@@ -161,6 +174,15 @@ def patch_model(model, constant_matrices=None, static_heads=None, mix_all_heads=
         replacements = load_mean_outputs(mean_outputs, num_layers, num_heads, head_dim(model), num_kv_heads)
         if mix_all_heads:
             raise PapaError("mix_all_heads mixes attention with constant matrices; it does not take mean_outputs")
+    if output_corrections is not None:
+        if head_mode != "constant":
+            raise PapaError("output_corrections correct constant heads: pass them with constant_matrices, "
+                            "not mean_outputs")
+        output_corrections = load_output_corrections(output_corrections, num_layers, num_heads, head_dim(model),
+                                                     num_kv_heads)
+        if output_corrections.shape[2] != replacements.shape[2]:
+            raise PapaError(f"the output corrections are for T = {output_corrections.shape[2]}, the constant matrices "
+                            f"for T = {replacements.shape[2]}: take both from one averaging pass")
     if mix_all_heads and static_heads:
         raise PapaError("mix_all_heads mixes every head; do not also pass static_heads")
     by_layer = {} if mix_all_heads else static_heads_by_layer(static_heads, num_layers, num_heads)
@@ -178,6 +200,8 @@ def patch_model(model, constant_matrices=None, static_heads=None, mix_all_heads=
         tensor = _layer_replacements(replacements, index, stored, reference) if stored else None
         module.constant_matrices = nn.Parameter(tensor) if tensor is not None and head_mode == "constant" else None
         module.mean_outputs = nn.Parameter(tensor) if tensor is not None and head_mode == "mean_output" else None
+        module.output_corrections = (nn.Parameter(_layer_replacements(output_corrections, index, stored, reference))
+                                     if output_corrections is not None and stored else None)
         # λ in float32, or float64 in a float64 model (a float32 σ(λ) was the one float32 step left there)
         lambda_dtype = torch.promote_types(reference.dtype, torch.float32)
         module.lambdas = (nn.Parameter(torch.zeros(num_heads, device=reference.device, dtype=lambda_dtype))
@@ -205,6 +229,7 @@ def patch_model(model, constant_matrices=None, static_heads=None, mix_all_heads=
         "mix_all_heads": bool(mix_all_heads),
         "seq_len": seq_len,
         "head_mode": head_mode,
+        **({"output_corrections": True} if output_corrections is not None else {}),
         "head_layout": HEAD_LAYOUT if reorder else "stock",
     }
     return model

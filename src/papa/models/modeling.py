@@ -76,6 +76,7 @@ def build_model(
     cache_dir=None,
     mean_outputs=None,
     reorder=True,
+    output_corrections=None,
 ):
     """An HF model (`model_class`, e.g. "BertForSequenceClassification" or an Auto class name)
     loaded from `model_name_or_path` (a folder, hub name, .gguf file or bundled name: papa.models.bundled; randomly
@@ -90,7 +91,7 @@ def build_model(
         model = cls.from_pretrained(local_model_path(model_name_or_path), config=config, cache_dir=cache_dir)
     if constant_matrices is not None or mean_outputs is not None:
         patch_model(model, constant_matrices, static_heads=static_heads, mix_all_heads=mix_all_heads,
-                    mean_outputs=mean_outputs, reorder=reorder)
+                    mean_outputs=mean_outputs, reorder=reorder, output_corrections=output_corrections)
     if freeze_extract_seq_len is not None:
         kind = "token" if "TokenClassification" in type(model).__name__ else "sequence"
         return PROBES[kind](model, freeze_extract_seq_len)
@@ -127,18 +128,21 @@ def load_papa_model(path, device="cpu"):
     if "model_class" not in papa:
         raise PapaError(f"{path}/config.json has no 'papa' section: not a PAPA model folder")
     config.papa = None
-    constants = means = None
+    constants = means = corrections = None
     if "seq_len" in papa:  # placeholders of the right shapes; the state dict fills them
         t, shape = papa["seq_len"], (config.num_hidden_layers, config.num_attention_heads)
         if papa.get("head_mode", "constant") == "mean_output":
             means = torch.zeros(*shape, t, head_dim(config))
         else:
             constants = torch.zeros(()).expand(*shape, t, t)  # a view: patch_model copies only the replaced heads
+            if papa.get("output_corrections"):
+                corrections = torch.zeros(()).expand(*shape, t, head_dim(config))
     # folders saved before heads were laid out [dynamic | replaced] hold the stock layout: load it as
     # it is, then lay it out
     stock_layout = "seq_len" in papa and papa.get("head_layout") != HEAD_LAYOUT
     model = build_model(papa["model_class"], config, None, constants, papa.get("static_heads"),
-                        papa.get("mix_all_heads", False), mean_outputs=means, reorder=not stock_layout)
+                        papa.get("mix_all_heads", False), mean_outputs=means, reorder=not stock_layout,
+                        output_corrections=corrections)
     probe = papa.get("probe")
     if probe:
         model = PROBES[probe["kind"]](model, probe["seq_len"])

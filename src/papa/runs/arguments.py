@@ -22,7 +22,8 @@ from ..models.bundled import check_model_path
 from ..models.modeling import training_mode
 
 # the sweep's control runs (papa.sweep.controls)
-SWEEP_CONTROLS = ("uniform", "random_order", "mean_output", "zero_output", "first_token", "trained_constant")
+SWEEP_CONTROLS = ("uniform", "random_order", "mean_output", "zero_output", "first_token", "trained_constant",
+                  "mean_corrected")
 
 # transformers 5 renamed this flag; the original commands use the old spelling
 RENAMED_FLAGS = {"--evaluation_strategy": "--eval_strategy"}
@@ -86,12 +87,14 @@ class ModelArguments:
     static_heads_num: int = field(
         default=0, metadata={"help": "How many heads (first rows of sorted_heads.json) to replace by constant matrices."}
     )
-    replace_heads_with: Literal["constant", "mean_output", "zero_output", "first_token"] = field(
+    replace_heads_with: Literal["constant", "mean_output", "zero_output", "first_token", "mean_corrected"] = field(
         default="constant", metadata={"help": "What the replaced heads do: attend with their constant matrix (avgs.pt, "
                                               "PAPA); output their training-set mean (mean_outputs.pt in "
                                               "--static_heads_dir, mean ablation); output 0 (zero ablation); or "
-                                              "attend only to the first token (the attention sink). The last two "
-                                              "read no file."}
+                                              "attend only to the first token (the attention sink), which two "
+                                              "read no file; or mean_corrected: attend with the constant matrix "
+                                              "and add E[A V] - A_avg E[V] (output_corrections.pt in "
+                                              "--static_heads_dir)."}
     )
 
     ranker: Literal["lambda", "gates", "taylor", "loo", "iterative", "iterative_taylor"] = field(
@@ -269,6 +272,9 @@ class AveragingArguments:
     preprocessing_num_workers: int | None = field(default=None, metadata={"help": "Processes that tokenise the data."})
     mean_outputs: bool = field(default=False, metadata={
         "help": "Also write mean_outputs.pt: each head's mean output per position (for --replace_heads_with mean_output)."})
+    mean_corrections: bool = field(default=False, metadata={
+        "help": "Also write mean_outputs.pt, mean_values.pt and output_corrections.pt (E[A V] - A_avg E[V] per head "
+                "and position, for --replace_heads_with mean_corrected)."})
     mixed_precision: str = field(default="no", metadata={
         "help": "Run the forward under autocast in fp16 or bf16 (as the original's accelerate --mixed_precision); "
                 "the sums are still accumulated in float64. One of: no, fp16, bf16."})

@@ -25,7 +25,7 @@ from datasets import DatasetDict
 from transformers import AutoModel, default_data_collator, set_seed
 
 from ..method.ablations import first_token_matrices, zero_outputs
-from ..method.attention import head_dim, load_constant_matrices, load_mean_outputs
+from ..method.attention import head_dim, load_constant_matrices, load_mean_outputs, load_output_corrections, patch_model
 from ..method.averaging import accumulate_attention, averages_info, averages_origin_notes, distributed_context, shard
 from ..data.conll import load_token_task
 from ..console import progress_bar, quiet_trainer, stage
@@ -120,14 +120,19 @@ def run_averaging(task, args):
                         batch_size=args.per_device_train_batch_size, collate_fn=default_data_collator)
     progress = progress_bar(len(loader), "Averaging", disable=rank != 0)
     autocast_dtype = {"no": None, "fp16": torch.float16, "bf16": torch.bfloat16}[args.mixed_precision]
+    if args.mean_corrections:  # the values are read through PAPA's modules (no head replaced)
+        patch_model(model, torch.zeros(()).expand(config.num_hidden_layers, config.num_attention_heads,
+                                                  args.max_length, args.max_length))
     averager = accumulate_attention(model, loader, args.max_length, device, progress, mean_outputs=args.mean_outputs,
-                                    autocast_dtype=autocast_dtype)
+                                    autocast_dtype=autocast_dtype, value_means=args.mean_corrections)
     progress.close()
     averager.all_reduce()
     if rank == 0:
         averager.save(args.output_dir, averages_info(task.name, path or f"untrained {args.model_type}",
                                                      args.max_length, averager.num_examples))
-        stage(f"wrote avgs.pt{' and mean_outputs.pt' if args.mean_outputs else ''} [{config.num_hidden_layers}, "
+        extra = (" with mean_outputs.pt, mean_values.pt and output_corrections.pt" if args.mean_corrections
+                 else " and mean_outputs.pt" if args.mean_outputs else "")
+        stage(f"wrote avgs.pt{extra} [{config.num_hidden_layers}, "
               f"{config.num_attention_heads}, {args.max_length}, {args.max_length}] from {averager.num_examples} "
               f"examples ({world_size} process(es)) to {args.output_dir}")
     if world_size > 1:
@@ -149,7 +154,7 @@ def requested_splits(training_args):
 # what the replaced heads read from --static_heads_dir, per --replace_heads_with (None: built here,
 # papa.method.ablations, from the model's shape and --max_seq_length)
 REPLACEMENT_FILES = {"constant": "avgs.pt", "mean_output": "mean_outputs.pt", "zero_output": None,
-                     "first_token": None}
+                     "first_token": None, "mean_corrected": "avgs.pt"}
 
 
 class HeadReplacement(NamedTuple):
@@ -159,6 +164,7 @@ class HeadReplacement(NamedTuple):
     mean_outputs: torch.Tensor | None  # mean_outputs.pt [L, H, T, d], with --replace_heads_with mean_output
     static_heads: dict  # {layer: [heads]}
     mix_all_heads: bool  # the ranking run
+    output_corrections: torch.Tensor | None = None  # output_corrections.pt [L, H, T, d], with mean_corrected
 
     @property
     def loaded(self):
@@ -177,6 +183,10 @@ def load_replacements(model_args, config, static_heads, seq_len):
     if model_args.replace_heads_with == "mean_output":
         means = load_mean_outputs(model_args.static_heads_dir, *shape, head_dim(config))
         return HeadReplacement(None, means, static_heads, False)
+    if model_args.replace_heads_with == "mean_corrected":
+        corrections = load_output_corrections(model_args.static_heads_dir, *shape, head_dim(config))
+        return HeadReplacement(load_constant_matrices(model_args.static_heads_dir, *shape), None, static_heads, False,
+                               corrections)
     return HeadReplacement(load_constant_matrices(model_args.static_heads_dir, *shape), None, static_heads, False)
 
 
@@ -344,13 +354,14 @@ def run_probing(task, model_args, data_args, training_args):
 
     num_replaced = sum(len(h) for h in heads.static_heads.values())
     doing = {"constant": "constant", "mean_output": "mean-output", "zero_output": "zero-output",
-             "first_token": "first-token"}[model_args.replace_heads_with]
+             "first_token": "first-token", "mean_corrected": "mean-corrected"}[model_args.replace_heads_with]
     replaced = f"{num_replaced} {doing} heads"
     stage(f"{task.name}: {path}, {'mixing all heads (ranking run)' if heads.mix_all_heads else replaced}, "
           f"mode={(mode or 'full fine-tuning') if training_args.do_train else 'evaluation only'}, T={data_args.max_seq_length}")
     model = build_model(task.model_class, config, path, heads.constant_matrices, heads.static_heads,
                         heads.mix_all_heads, data_args.max_seq_length if model_args.use_freeze_extract_pooler else None,
-                        model_args.cache_dir, mean_outputs=heads.mean_outputs)
+                        model_args.cache_dir, mean_outputs=heads.mean_outputs,
+                        output_corrections=heads.output_corrections)
     ranker = model_args.ranker if heads.mix_all_heads else None
     if ranker not in (None, "lambda"):  # the probe trains at k = 0 first, alone (papa.runs.ranking)
         mode = "grad_for_classifier_only"

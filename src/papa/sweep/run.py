@@ -180,7 +180,10 @@ def make_stages(plan, args, passthrough):
     if args.max_train_samples is not None:  # average over the examples the probes are trained on
         avgs_args += ["--max_train_samples", str(args.max_train_samples)]
     avgs_outputs = ["avgs.pt"]
-    if "mean_output" in plan.controls:  # the mean-output control's artifact comes from the same pass
+    if "mean_corrected" in plan.controls:  # its corrections (and the mean outputs) come from the same pass
+        avgs_args.append("--mean_corrections")
+        avgs_outputs += ["mean_outputs.pt", "mean_values.pt", "output_corrections.pt"]
+    elif "mean_output" in plan.controls:  # the mean-output control's artifact comes from the same pass
         avgs_args.append("--mean_outputs")
         avgs_outputs.append("mean_outputs.pt")
 
