@@ -125,6 +125,11 @@ class ModelArguments:
     ranker_max_samples: int | None = field(default=None, metadata={
         "help": "The ranking run ranks on the first N training examples only (the probe of a probe task still trains "
                 "on all of them)."})
+    head_replacements: bool = field(default=False, metadata={
+        "help": "With --sort_calculating: also write head_replacements.csv and .png, per head the held-out loss change "
+                "(the first evaluation split, --max_eval_samples) when it alone is replaced by each replacement: "
+                "constant, mean_corrected, mean_output, zero_output, first_token (mean_corrected and mean_output "
+                "read output_corrections.pt and mean_outputs.pt in --static_heads_dir: averaging --mean_corrections)."})
     loo_prefix_cache: bool = field(default=True, metadata={
         "help": "--ranker loo / iterative: compute the blocks below a head's layer once per batch and reuse them "
                 "(false: every replacement runs the whole model; the same scores, slower)."})

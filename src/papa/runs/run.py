@@ -41,7 +41,8 @@ from .outputs import (check_checkpoint_matches, checkpoint_to_resume, save_resul
 from .predictions import predictions_file, write_eval_predictions
 from ..models.pretrained import check_model_paths, load_config_and_tokenizer
 from ..method.ranking import check_static_heads_num, first_k_heads, load_sorted_heads
-from .ranking import prepare_lambda_training, rank_heads, ranking_units, save_lambda_ranking
+from .ranking import (prepare_lambda_training, rank_heads, ranking_units, save_lambda_ranking,
+                      write_head_replacements)
 from ..data.task_folders import resolve_data_dir
 from ..data.tokenized_cache import tokenize_cached
 
@@ -382,6 +383,8 @@ def run_probing(task, model_args, data_args, training_args):
                                                                        len(data["train"]))))
         units = ranking_units(config, model_args) if ranker else None
         train_and_save(trainer, tokenizer, units, training_args, checkpoint)
+    if model_args.head_replacements:  # after the ranking, at the stock model (every gate 0)
+        write_head_replacements(trainer, task, model_args, training_args, next(iter(data["eval"].values()), None))
     if training_args.do_eval:
         evaluate_and_save(trainer, data["eval"], training_args.output_dir, task, label_list)
     if training_args.do_predict and task.kind == "token":

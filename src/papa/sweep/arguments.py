@@ -57,6 +57,11 @@ class SweepArguments:
         "distill (KL from the stock model's outputs)."})
     rank_kv_groups: bool = field(default=False, metadata={
         "help": "Rank a decoder's K/V groups as units (every ranker)."})
+    head_replacements: bool = field(default=False, metadata={
+        "help": "The first ranker's ranking runs also write head_replacements.csv and .png (sort/): per head, the "
+                "held-out loss change when it alone is replaced by constant attention, mean_corrected, mean output, "
+                "zero output or first token, with its profile and pattern variance (the averaging pass then records "
+                "the mean corrections)."})
     lambda_learning_rate: float | None = field(default=None, metadata={
         "help": "Learning rate of λ (lambda) and of the gates (gates; default 0.02)."})
     train_file: str | None = field(default=None, metadata={"help": "Training file, passed to every stage."})
