@@ -41,14 +41,15 @@ def set_trainable(model, mode):
     """Freeze parameters as the original did, by name; returns the names left trainable.
 
     Always trainable in a probing mode: the classifier (`classifier`; decoders' HF heads: `score`) and
-    anything named `pooler`; plus the constant matrices (grad_for_classifier_and_static_only) or the
-    lambdas (sort_calculating).
+    anything named `pooler`; plus the constant matrices, or a mean-output run's mean outputs (the optimal_output
+    control), with grad_for_classifier_and_static_only, or the lambdas (sort_calculating).
     """
-    extra = {"sort_calculating": "lambdas", "grad_for_classifier_and_static_only": "constant_matrices"}.get(mode)
+    extra = {"sort_calculating": ("lambdas",),
+             "grad_for_classifier_and_static_only": ("constant_matrices", "mean_outputs")}.get(mode)
     trainable = []
     for name, param in model.named_parameters():
         keep = (mode is None or name.startswith(CLASSIFIER_NAMES) or "pooler" in name
-                or (extra is not None and extra in name))
+                or (extra is not None and any(e in name for e in extra)))
         param.requires_grad_(keep)
         if keep:
             trainable.append(name)

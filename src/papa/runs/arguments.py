@@ -23,7 +23,7 @@ from ..models.modeling import training_mode
 
 # the sweep's control runs (papa.sweep.controls)
 SWEEP_CONTROLS = ("uniform", "random_order", "mean_output", "zero_output", "first_token", "trained_constant",
-                  "mean_corrected")
+                  "mean_corrected", "optimal_output")
 
 # transformers 5 renamed this flag; the original commands use the old spelling
 RENAMED_FLAGS = {"--evaluation_strategy": "--eval_strategy"}

@@ -197,9 +197,11 @@ def heads_to_replace(model_args, config, seq_len):
     k = model_args.static_heads_num
     check_static_heads_num(k, num_layers, num_heads)  # before anything else: k < 0 must not pass as "no heads"
     mode = model_args.replace_heads_with
-    if mode != "constant" and (model_args.sort_calculating or model_args.grad_for_classifier_and_static_only):
+    static_only = model_args.grad_for_classifier_and_static_only and mode not in ("constant", "mean_output")
+    if mode != "constant" and (model_args.sort_calculating or static_only):
         flag = "--sort_calculating" if model_args.sort_calculating else "--grad_for_classifier_and_static_only"
-        raise PapaError(f"{flag} works on the averages' constant matrices; drop it or --replace_heads_with {mode}")
+        raise PapaError(f"{flag} works on the averages' constant matrices (or trains mean outputs); drop it or "
+                        f"--replace_heads_with {mode}")
     if model_args.sort_calculating:
         if not model_args.static_heads_dir:
             raise PapaError("--sort_calculating needs --static_heads_dir (the folder holding avgs.pt)")

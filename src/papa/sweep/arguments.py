@@ -37,7 +37,8 @@ class SweepArguments:
                                            "attend only to the first token), trained_constant (the constant "
                                            "matrices trained with the probe on the task's loss, from the "
                                            "averages), mean_corrected (constant matrices plus E[A V] - A_avg E[V], "
-                                           "so each head outputs its own mean on average)."})
+                                           "so each head outputs its own mean on average), optimal_output (constant "
+                                           "outputs trained on the task's loss from the mean outputs)."})
     ranker: list[str] | None = field(default=None, metadata={
         "nargs": "+", "choices": RANKERS, "help": "How the heads are ranked (papa.method.rankers; run_papa_glue.py "
         "--ranker): lambda (the original's trained mixing weights; default), gates, taylor, loo, iterative, "

@@ -184,7 +184,7 @@ def make_stages(plan, args, passthrough):
     if "mean_corrected" in plan.controls or replacements:  # the corrections (and mean outputs) come from this pass
         avgs_args.append("--mean_corrections")
         avgs_outputs += ["mean_outputs.pt", "mean_values.pt", "output_corrections.pt"]
-    elif "mean_output" in plan.controls:  # the mean-output control's artifact comes from the same pass
+    elif {"mean_output", "optimal_output"} & set(plan.controls):  # their artifact comes from the same pass
         avgs_args.append("--mean_outputs")
         avgs_outputs.append("mean_outputs.pt")
 
