@@ -27,7 +27,7 @@ def all_heads():
 
 
 @pytest.mark.parametrize("name", ALL_FAMILIES)
-@pytest.mark.parametrize("heads", ["some", "all", "mean_output"])
+@pytest.mark.parametrize("heads", ["some", "all", "mean_output", "mean_corrected"])
 def test_dropout_path_equals_probabilities_path_with_gradients(name, heads):
     """Training with attention dropout: the dropout path (attentions not requested) draws the probabilities path's
     mask and gives its outputs and gradients, in layers that mix both kinds of heads (laid out), on padded batches
@@ -42,7 +42,9 @@ def test_dropout_path_equals_probabilities_path_with_gradients(name, heads):
     else:
         constants = random_constants()
         constants[:, :, -2:] = 0  # rows no training example reached
-        papa.patch_model(model, constants, static_heads=static)
+        corrections = None if heads != "mean_corrected" else torch.randn(
+            L, H, T, papa.method.attention.head_dim(model), generator=torch.Generator().manual_seed(4))
+        papa.patch_model(model, constants, static_heads=static, output_corrections=corrections)
     assert any(m.papa_head_order for m in attention_modules(model)) or heads == "all"
     assert all(m.papa_dropout_p > 0 for m in attention_modules(model))
     model.train()

@@ -58,10 +58,11 @@ import torch
 from . import structured
 from .block_triangle import BlockTriangle, dense
 from .call_cache import constant_facts, shared_validity
-from .constant_math import (constant_attention_output, constants_in, dropped_constant_output, in_place_ok,
+from .constant_math import (add_corrections, constant_attention_output, constants_in, dropped_constant_output, in_place_ok,
                              mean_output, normalize_rows, normalized_constant)
 from ..errors import PapaError
-from .pruning import head_rows, input_dim, joint_linear
+from .layout import HeadLayout
+from .pruning import joint_linear
 
 try:  # transformers 5 records `output_attentions` through this context variable
     from transformers.utils.output_capturing import _active_collector
@@ -119,7 +120,7 @@ def additive_mask(attention_mask, dtype):
     )
 
 
-class PapaAttention:
+class PapaAttention(HeadLayout):
     """Mixin: the PAPA forward. Attributes set by `patch_model`:
 
     static_heads   sorted heads that are replaced (constant or mean output)
@@ -133,6 +134,8 @@ class PapaAttention:
     papa_block     rows per strip of those strips, or None (full matrices)
     papa_seq_len   T, the length the constants (or mean outputs) were made for
     mean_outputs   (S, T, d) parameter in mean_output mode, or None
+    output_corrections  (S, T, d) parameter added to the constant heads' output (the mean_corrected replacement:
+                   E[A V] − Ā·E[V], papa.method.averaging), or None
     lambdas        (H,) parameter in mix mode, or None
     papa_band_mask (T, T) where constant heads may attend (held as the constants are: (N,) beside strips), or None
     papa_return_probs  True while papa.method.averaging records the attention (returns probabilities
@@ -141,8 +144,7 @@ class PapaAttention:
     """
 
     papa_return_probs = False
-    papa_head_order = None  # the stock heads in this layer's layout order; None: the stock order
-    papa_layout_pending = False  # patched without reordering (a legacy folder being loaded)
+    papa_value_hook = None  # while papa.method.averaging records mean values: called with each forward's (B, T, H, d)
     papa_lower_triangular = False  # a decoder's constants (causal band): zero above the diagonal
     papa_block = None  # constants held as (S, N) block-row strips of their lower triangle, `papa_block` rows each
     papa_seq_len = None
@@ -155,6 +157,8 @@ class PapaAttention:
         B, T, _ = call.hidden_states.shape
         self._check_length(T)
         values = self.papa_values(call)  # (B, T, H, d)
+        if self.papa_value_hook is not None:
+            self.papa_value_hook(self.papa_stock_order(values, dim=2))
         # only replaced heads need the padding pattern; an all-dynamic layer runs exactly like stock
         valid = self._validity(call) if self._has_replacements else None
         want_probs = call.want_probs or self.papa_return_probs
@@ -224,48 +228,8 @@ class PapaAttention:
             result = structured.structured_output(self.structured_sink, self.structured_profile, values, valid)
             return result if out is None else out.copy_(result)
         constants = self._constants(values.dtype, values.shape[1])
-        return constant_attention_output(constants, values, valid, out=out, **self._constant_facts(constants, valid))
-
-    # ------------------------------------------------------------------ head layout
-
-    def papa_reorder_heads(self, output_projection):
-        """Lay the heads out as [dynamic | replaced] (see the module docstring), in place.
-
-        Permutes the value rows (`papa_value_rows`) and `output_projection`'s input columns (a Linear's
-        weight columns, a GPT-2 Conv1D's weight rows) by
-        `papa_head_order`; a layer whose heads are in that order already (none, all or only its last
-        heads replaced, or mix mode) is left as it is. The result computes exactly what the stock
-        layout computes.
-        """
-        order = self.dynamic_heads + self.static_heads if not self.mix_all_heads else []
-        self.papa_head_order = None if order == sorted(order) else order
-        self._papa_inverse = None  # papa_stock_order's cache belongs to the order
-        self.papa_layout_pending = False
-        if self.papa_head_order is None:
-            return
-        H = len(order)
-        columns_dim = input_dim(output_projection)
-        d = output_projection.weight.shape[columns_dim] // H
-        with torch.no_grad():
-            for owner, name, offset, *dim in self.papa_value_rows():
-                param, dim = getattr(owner, name), (dim[0] if dim else 0)
-                if param is None:
-                    continue
-                rows = torch.arange(param.shape[dim])
-                rows[offset : offset + H * d] = offset + head_rows(order, d)
-                param.copy_(param.index_select(dim, rows.to(param.device)))
-            columns = head_rows(order, d).to(output_projection.weight.device)
-            output_projection.weight.copy_(output_projection.weight.index_select(columns_dim, columns))
-
-    def papa_stock_order(self, per_head, dim):
-        """`per_head` (heads along `dim`, in this layer's layout) in the stock head order."""
-        if self.papa_head_order is None:
-            return per_head
-        inverse = getattr(self, "_papa_inverse", None)
-        if inverse is None or inverse.device != per_head.device:
-            inverse = torch.argsort(torch.tensor(self.papa_head_order, device=per_head.device))
-            self._papa_inverse = inverse
-        return per_head.index_select(dim, inverse)
+        result = constant_attention_output(constants, values, valid, out=out, **self._constant_facts(constants, valid))
+        return add_corrections(result, self.output_corrections, valid)
 
     # ------------------------------------------------------------------ the two paths
 
@@ -277,6 +241,7 @@ class PapaAttention:
                 return dynamic
             constants = self._constants(values.dtype, T)
             constant = constant_attention_output(constants, values, valid, **self._constant_facts(constants, valid))
+            constant = add_corrections(constant, self.output_corrections, valid)  # a replacement's own c (mix mode)
             weight = self._mix_weights(values.dtype)[:, None, :, None]  # (1 or B, 1, H, 1)
             return constant + weight * (dynamic - constant)  # σ(λ)·A + (1−σ(λ))·C: λ's gradient reduces A − C, no cancellation
         if not self.static_heads:
@@ -307,8 +272,8 @@ class PapaAttention:
         return tuple(linear(x) for linear in linears)
 
     def _replacements(self):
-        return [p for p in (self.constant_matrices, self.mean_outputs, self.structured_sink, self.structured_profile)
-                if p is not None]
+        return [p for p in (self.constant_matrices, self.mean_outputs, self.output_corrections, self.structured_sink,
+                            self.structured_profile) if p is not None]
 
     def _probabilities_path(self, call, values, valid):
         B, T, H, d = values.shape
@@ -330,8 +295,12 @@ class PapaAttention:
         if self.training and self.papa_dropout_p > 0:
             probs = probs * self._dropout_keep(probs, B, H, T)
         context = torch.matmul(probs, values.transpose(1, 2)).transpose(1, 2)  # (B, T, H, d)
+        if self.mix_all_heads and self.output_corrections is not None:  # c in the constant share: (1 − w)·c
+            context = context + (1 - weight).transpose(1, 2) * mean_output(self.output_corrections.to(context.dtype), valid, B)
         if self.static_heads and self.head_mode == "mean_output":
             context[:, :, D:] = self._replaced_output(values[:, :, D:], valid)
+        elif self.static_heads and self.output_corrections is not None:
+            context[:, :, D:] = add_corrections(context[:, :, D:].clone(), self.output_corrections, valid)
         return context, probs
 
     def _dropout_path(self, call, values, valid):
@@ -365,8 +334,9 @@ class PapaAttention:
                 parts.append(self._replaced_output(replaced, valid, out=target))
             else:
                 constants = self._constants(values.dtype, T)
-                parts.append(dropped_constant_output(constants, mask[:, D:], scale, replaced, valid, out=target,
-                                                     **self._constant_facts(constants, valid)))
+                parts.append(add_corrections(dropped_constant_output(
+                    constants, mask[:, D:], scale, replaced, valid, out=target,
+                    **self._constant_facts(constants, valid)), self.output_corrections, valid))
         if context is not None:
             return context
         return parts[0] if len(parts) == 1 else torch.cat(parts, dim=2)  # (B, T, H, d)

@@ -173,6 +173,17 @@ def mean_output(means, valid, batch_size):
     return out if valid is None else out * valid[:, :, None, None].to(out.dtype)
 
 
+def add_corrections(output, corrections, valid):
+    """The mean_corrected replacement: norm(C·P)·V + c, c = E[A V] − Ā·E[V] per head and position
+    (papa.method.averaging), so a constant head's mean output is its own head's. output: (B, T, S, d) constant heads'
+    output, added to in place where allowed (it may be a caller's `out` view); corrections: (S, T, d) or None
+    (unchanged); zero on padded positions, as every replaced head's output."""
+    if corrections is None:
+        return output
+    bias = mean_output(corrections.to(output.dtype), valid, output.shape[0])  # (B, T, S, d)
+    return output.add_(bias) if in_place_ok(output, corrections) else output + bias
+
+
 def dropped_constant_output(constant, mask, scale, values, valid, out=None, nonnegative=False, inverse_rows=None):
     """(keep ⊙ norm(C·P)) · V, attention dropout on constant heads, without materialising norm(C·P).
 

@@ -84,6 +84,17 @@ def load_mean_outputs(source, num_layers=None, num_heads=None, head_dim=None, nu
     return _check_head_tensor(tensor, what, num_layers, num_heads, num_kv_heads)
 
 
+def load_output_corrections(source, num_layers=None, num_heads=None, head_dim=None, num_kv_heads=None):
+    """A [L, H, T, d] float tensor of output corrections E[A V] − Ā·E[V] (the mean_corrected replacement) from a
+    tensor, `output_corrections.pt` or its folder."""
+    tensor, what = _load_tensor(source, "output_corrections.pt", "output corrections",
+                                "run the averaging script with --mean_corrections first")
+    if tensor.dim() != 4 or (head_dim is not None and tensor.shape[-1] != head_dim):
+        raise PapaError(f"output corrections must have shape [layers, heads, T, {head_dim or 'd'}]; "
+                        f"got {list(tensor.shape)}")
+    return _check_head_tensor(tensor, what, num_layers, num_heads, num_kv_heads)
+
+
 def static_heads_by_layer(static_heads, num_layers, num_heads):
     """`{layer: [heads]}` or `[[layer, head], ...]` → {layer: sorted heads}, validated."""
     if not static_heads:
@@ -137,7 +148,7 @@ def load_structured(source, num_layers=None, num_heads=None, num_kv_heads=None):
 
 
 def patch_model(model, constant_matrices=None, static_heads=None, mix_all_heads=False, mean_outputs=None,
-                reorder=True, structured=None):
+                reorder=True, output_corrections=None, structured=None):
     """Install PAPA attention in a loaded encoder or decoder, in place; returns the model.
 
     Any supported family (see papa.families.SUPPORTED_MODEL_TYPES): bare model, sequence or
@@ -155,6 +166,8 @@ def patch_model(model, constant_matrices=None, static_heads=None, mix_all_heads=
     structured: instead of constant matrices, a decoder's structured constants (sink [L, H, S], profile [L, H, D]) or
         `structured_constants.pt` (papa/families/structured.py): a constant for any input length, applied as a
         causal convolution.
+    output_corrections: with constant_matrices, a [L, H, T, d] tensor (or `output_corrections.pt`) added to the
+        replaced heads' output: norm(C·P)·V + E[A V] − Ā·E[V], the mean_corrected replacement (papa.method.averaging).
     reorder: lay each layer's heads out as [dynamic | replaced] (papa/families/base.py): permutes
         the value rows and the output projection's columns, recorded as config.papa["head_layout"].
         False only to load a folder saved in the stock layout; `reorder_heads` must follow.
@@ -192,6 +205,15 @@ def patch_model(model, constant_matrices=None, static_heads=None, mix_all_heads=
         replacements = load_mean_outputs(mean_outputs, num_layers, num_heads, head_dim(model), num_kv_heads)
         if mix_all_heads:
             raise PapaError("mix_all_heads mixes attention with constant matrices; it does not take mean_outputs")
+    if output_corrections is not None:
+        if head_mode != "constant":
+            raise PapaError("output_corrections correct constant heads: pass them with constant_matrices, "
+                            "not mean_outputs")
+        output_corrections = load_output_corrections(output_corrections, num_layers, num_heads, head_dim(model),
+                                                     num_kv_heads)
+        if output_corrections.shape[2] != replacements.shape[2]:
+            raise PapaError(f"the output corrections are for T = {output_corrections.shape[2]}, the constant matrices "
+                            f"for T = {replacements.shape[2]}: take both from one averaging pass")
     if mix_all_heads and static_heads:
         raise PapaError("mix_all_heads mixes every head; do not also pass static_heads")
     by_layer = {} if mix_all_heads else static_heads_by_layer(static_heads, num_layers, num_heads)
@@ -213,6 +235,8 @@ def patch_model(model, constant_matrices=None, static_heads=None, mix_all_heads=
         module.structured_sink = nn.Parameter(tensor) if structured_here else None
         module.structured_profile = (nn.Parameter(_layer_replacements(profile, index, stored, reference))
                                      if structured_here else None)
+        module.output_corrections = (nn.Parameter(_layer_replacements(output_corrections, index, stored, reference))
+                                     if output_corrections is not None and stored else None)
         # λ in float32, or float64 in a float64 model (a float32 σ(λ) was the one float32 step left there)
         lambda_dtype = torch.promote_types(reference.dtype, torch.float32)
         module.lambdas = (nn.Parameter(torch.zeros(num_heads, device=reference.device, dtype=lambda_dtype))
@@ -241,6 +265,7 @@ def patch_model(model, constant_matrices=None, static_heads=None, mix_all_heads=
         **({"seq_len": seq_len} if seq_len is not None else
            {"structured": {"sink_len": int(sink.shape[2]), "profile_len": int(profile.shape[2])}}),
         "head_mode": head_mode,
+        **({"output_corrections": True} if output_corrections is not None else {}),
         "head_layout": HEAD_LAYOUT if reorder else "stock",
     }
     return model

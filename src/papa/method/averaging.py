@@ -11,6 +11,13 @@ exactly the original's `attention_sums.pt`, `attention_patterns_sums.pt` and `av
 
     output_sums[l, h, i] += Σ_b m_i · (A V)[b, l, h, i]      mean_outputs = output_sums / Σ_b m_i
 
+and (the mean_corrected replacement) each head's mean value per position and the output correction
+
+    value_sums[l, h, j]  += Σ_b m_j · V[b, l, h, j]          mean_values = value_sums / Σ_b m_j
+    output_corrections   = mean_outputs − avgs · mean_values   E[A V] − Ā·E[V], per query position
+
+(zero where pattern and values are uncorrelated), the values read through a PAPA-patched model (any family).
+
 The statistics are accumulated *inside* the forward, by hooks on each layer's attention module
 (and on the projection that reads the heads' outputs), so no layer's probabilities outlive that
 layer and peak memory does not grow with the number of layers; HF is never asked to collect
@@ -23,13 +30,14 @@ Across processes (torchrun / accelerate), every process sees a disjoint shard of
 (no sampler padding, so nothing is counted twice) and the sums are all-reduced.
 """
 
+import copy
 import os
 from contextlib import contextmanager
 
 import torch
 import torch.distributed as dist
 
-from .attention import head_dim
+from .attention import head_dim, patch_model
 from ..families.constant_math import padding_pattern
 from ..families import PapaAttention, accepts_token_type_ids, attention_modules, family_for
 from ..errors import PapaError
@@ -48,15 +56,17 @@ class AttentionAverager:
     """
 
     def __init__(self, num_layers, num_heads, seq_len, device="cpu", head_dim=None, lower_triangle=False,
-                 sum_dtype=None):
+                 sum_dtype=None, value_means=False):
         self.seq_len, self.lower_triangle = seq_len, bool(lower_triangle)
         sum_dtype = sum_dtype or (torch.float32 if lower_triangle else torch.float64)
         per_head = (triangle_size(seq_len),) if lower_triangle else (seq_len, seq_len)
         self.attention_sums = torch.zeros(num_layers, num_heads, *per_head, dtype=sum_dtype, device=device)
         self.pattern_sums = torch.zeros(seq_len, seq_len, dtype=torch.float64, device=device)
-        self.output_sums = None
+        self.output_sums = self.value_sums = None
         if head_dim is not None:
             self.output_sums = torch.zeros(num_layers, num_heads, seq_len, head_dim, dtype=torch.float64, device=device)
+            if value_means:
+                self.value_sums = torch.zeros_like(self.output_sums)
         self.num_examples = 0
         self._saved_averages = None  # after save() of float32 lower triangles: the sums, divided in place
 
@@ -83,6 +93,12 @@ class AttentionAverager:
         masked = (context * valid.to(context.dtype)[:, :, None, None]).sum(0, dtype=torch.float32)  # (T, H, d)
         self.output_sums[layer] += masked.transpose(0, 1).double()
 
+    @torch.no_grad()
+    def add_values(self, layer, values, valid):
+        """values: (B, T, H, d) of one layer, every query head's (grouped key/value heads repeated); valid: (B, T)."""
+        masked = (values * valid.to(values.dtype)[:, :, None, None]).sum(0, dtype=torch.float32)  # (T, H, d)
+        self.value_sums[layer] += masked.transpose(0, 1).double()
+
     def update(self, attentions, attention_mask):
         """All layers at once: attentions are L tensors (B, H, T, T); attention_mask: (B, T)."""
         self.add_batch(attention_mask)
@@ -94,7 +110,7 @@ class AttentionAverager:
         """Sum the statistics of every process (no-op without torch.distributed)."""
         self._check_not_saved()
         if dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1:
-            for tensor in (self.attention_sums, self.pattern_sums, self.output_sums):
+            for tensor in (self.attention_sums, self.pattern_sums, self.output_sums, self.value_sums):
                 if tensor is not None:
                     dist.all_reduce(tensor)
             count = torch.tensor([self.num_examples], dtype=torch.float64, device=self.pattern_sums.device)
@@ -131,6 +147,20 @@ class AttentionAverager:
         counts = self.pattern_sums.diagonal()[:, None]  # (T, 1): Σ_b m_i
         return _safe_divide(self.output_sums, counts).float()
 
+    def mean_values(self):
+        """mean values [L, H, T, d] in float32; positions never seen are 0."""
+        return _safe_divide(self.value_sums, self.pattern_sums.diagonal()[:, None]).float()
+
+    def output_corrections(self):
+        """E[A V] − Ā·E[V] [L, H, T, d] in float32, from the stored (float32) averages, in float64."""
+        values = _safe_divide(self.value_sums, self.pattern_sums.diagonal()[:, None])  # (L, H, T, d)
+        outputs = _safe_divide(self.output_sums, self.pattern_sums.diagonal()[:, None])
+        stored, result = self.stored_averages(), torch.empty_like(values, dtype=torch.float32)
+        for layer in range(values.shape[0]):
+            averages = unpack(stored[layer], self.seq_len) if self.lower_triangle else stored[layer]  # (H, T, T)
+            result[layer] = (outputs[layer] - averages.double() @ values[layer]).float()
+        return result
+
     def _check_not_saved(self):
         if self._saved_averages is not None:
             raise PapaError("this averager was saved, and its float32 sums became the averages: accumulate into a "
@@ -161,6 +191,9 @@ class AttentionAverager:
         save_tensor(self._stored(averages), os.path.join(output_dir, "avgs.pt"))
         if self.output_sums is not None:
             save_tensor(self.mean_outputs().cpu(), os.path.join(output_dir, "mean_outputs.pt"))
+        if self.value_sums is not None:
+            save_tensor(self.mean_values().cpu(), os.path.join(output_dir, "mean_values.pt"))
+            save_tensor(self.output_corrections().cpu(), os.path.join(output_dir, "output_corrections.pt"))
         if info is not None:
             save_json(info, info_path, indent=2)
 
@@ -230,7 +263,7 @@ def shard(num_examples, rank, world_size):
 
 
 @contextmanager
-def recording(encoder, averager, valid_of_batch, mean_outputs):
+def recording(encoder, averager, valid_of_batch, mean_outputs, value_means=False):
     """Hooks that hand each layer's probabilities (and head outputs) to `averager` as the forward runs.
 
     Stock modules return their probabilities under eager attention (DeBERTa only when asked, so
@@ -247,7 +280,7 @@ def recording(encoder, averager, valid_of_batch, mean_outputs):
         encoder.set_attn_implementation("eager")
 
     last_layer = len(modules) - 1
-    last_needs = {"attention", "outputs"} if mean_outputs else {"attention"}
+    last_needs = {"attention"} | ({"outputs"} if mean_outputs else set()) | ({"values"} if value_means else set())
     last_recorded = set()
 
     def recorded(layer, statistic):
@@ -284,9 +317,19 @@ def recording(encoder, averager, valid_of_batch, mean_outputs):
             recorded(layer, "outputs")
         return hook
 
+    def value_hook(layer):
+        def hook(values):
+            averager.add_values(layer, values, valid_of_batch())
+            recorded(layer, "values")
+        return hook
+
+    if value_means and len(patched) != len(modules):
+        raise PapaError("mean values are read from a PAPA-patched model: patch it (no head replaced) first")
     try:
         for module in patched:
             module.papa_return_probs = True
+        for layer, module in enumerate(patched if value_means else []):
+            module.papa_value_hook = value_hook(layer)
         for layer, module in enumerate(modules):
             if family.probs_need_flag and not isinstance(module, PapaAttention):
                 handles.append(module.register_forward_pre_hook(ask_for_probs, with_kwargs=True))
@@ -300,33 +343,40 @@ def recording(encoder, averager, valid_of_batch, mean_outputs):
             handle.remove()
         for module in patched:
             module.papa_return_probs = False
+            module.papa_value_hook = None
         if switch:
             encoder.set_attn_implementation(implementation)
 
 
 @torch.no_grad()
 def accumulate_attention(model, batches, seq_len, device="cpu", progress=None, mean_outputs=False,
-                         autocast_dtype=None, lower_triangle=None, sum_dtype=None, averager=None):
+                         autocast_dtype=None, lower_triangle=None, sum_dtype=None, value_means=False, averager=None):
     """Run `model` (any supported family, encoder or decoder, stock or PAPA-patched) over `batches` in eval mode and
     average its attention (and, with `mean_outputs`, its heads' outputs).
 
     batches yield dicts with input_ids, attention_mask (and token_type_ids); every batch must be
     padded to `seq_len`. autocast_dtype: torch.float16 / torch.bfloat16 runs the forward under
     autocast (the sums keep their dtype). lower_triangle: sum (and save) lower triangles only; None: for
-    decoders. sum_dtype: see `AttentionAverager`. averager: one to fill instead of a new `AttentionAverager` (a
-    decoder's `papa.method.structured_averaging.StructuredAverager`). Returns the averager with this process's sums
-    (call `all_reduce()` for the global ones).
+    decoders. sum_dtype: see `AttentionAverager`. value_means: also each head's mean values, and (with the mean
+    outputs, recorded too) the output corrections of the mean_corrected replacement; a stock model is read through a
+    patched copy (no head replaced: the same attention). averager: one to fill instead of a new `AttentionAverager`
+    (a decoder's `papa.method.structured_averaging.StructuredAverager`). Returns the averager with this process's
+    sums (call `all_reduce()` for the global ones).
     """
     config = model.config
+    mean_outputs = mean_outputs or value_means
+    if value_means and not all(isinstance(m, PapaAttention) for m in attention_modules(model)):
+        model = patch_model(copy.deepcopy(model), torch.zeros(()).expand(config.num_hidden_layers,
+                            config.num_attention_heads, seq_len, seq_len))  # every head dynamic
     encoder = model.base_model.eval()
     if lower_triangle is None:
         lower_triangle = family_for(encoder).causal
     if averager is None:
         averager = AttentionAverager(config.num_hidden_layers, config.num_attention_heads, seq_len, device,
-                                     head_dim(config) if mean_outputs else None, lower_triangle, sum_dtype)
+                                     head_dim(config) if mean_outputs else None, lower_triangle, sum_dtype, value_means)
     takes_token_types = accepts_token_type_ids(encoder)
     current = {}
-    with recording(encoder, averager, lambda: current["valid"], mean_outputs):
+    with recording(encoder, averager, lambda: current["valid"], mean_outputs, value_means):
         for batch in batches:
             keys = ("input_ids", "attention_mask") + (("token_type_ids",) if takes_token_types else ())
             inputs = {k: batch[k].to(device) for k in keys if k in batch}

@@ -41,14 +41,15 @@ def set_trainable(model, mode):
     """Freeze parameters as the original did, by name; returns the names left trainable.
 
     Always trainable in a probing mode: the classifier (`classifier`; decoders' HF heads: `score`) and
-    anything named `pooler`; plus the constant matrices (grad_for_classifier_and_static_only) or the
-    lambdas (sort_calculating).
+    anything named `pooler`; plus the constant matrices, or a mean-output run's mean outputs (the optimal_output
+    control), with grad_for_classifier_and_static_only, or the lambdas (sort_calculating).
     """
-    extra = {"sort_calculating": "lambdas", "grad_for_classifier_and_static_only": "constant_matrices"}.get(mode)
+    extra = {"sort_calculating": ("lambdas",),
+             "grad_for_classifier_and_static_only": ("constant_matrices", "mean_outputs")}.get(mode)
     trainable = []
     for name, param in model.named_parameters():
         keep = (mode is None or name.startswith(CLASSIFIER_NAMES) or "pooler" in name
-                or (extra is not None and extra in name))
+                or (extra is not None and any(e in name for e in extra)))
         param.requires_grad_(keep)
         if keep:
             trainable.append(name)
@@ -76,6 +77,7 @@ def build_model(
     cache_dir=None,
     mean_outputs=None,
     reorder=True,
+    output_corrections=None,
     structured=None,
 ):
     """An HF model (`model_class`, e.g. "BertForSequenceClassification" or an Auto class name)
@@ -91,7 +93,8 @@ def build_model(
         model = cls.from_pretrained(local_model_path(model_name_or_path), config=config, cache_dir=cache_dir)
     if constant_matrices is not None or mean_outputs is not None or structured is not None:
         patch_model(model, constant_matrices, static_heads=static_heads, mix_all_heads=mix_all_heads,
-                    mean_outputs=mean_outputs, reorder=reorder, structured=structured)
+                    mean_outputs=mean_outputs, reorder=reorder, output_corrections=output_corrections,
+                    structured=structured)
     if freeze_extract_seq_len is not None:
         kind = "token" if "TokenClassification" in type(model).__name__ else "sequence"
         return PROBES[kind](model, freeze_extract_seq_len)
@@ -128,7 +131,7 @@ def load_papa_model(path, device="cpu"):
     if "model_class" not in papa:
         raise PapaError(f"{path}/config.json has no 'papa' section: not a PAPA model folder")
     config.papa = None
-    constants = means = structured = None
+    constants = means = corrections = structured = None
     shape = (config.num_hidden_layers, config.num_attention_heads)
     if "structured" in papa:
         structured = (torch.zeros(*shape, papa["structured"]["sink_len"]),
@@ -139,12 +142,14 @@ def load_papa_model(path, device="cpu"):
             means = torch.zeros(*shape, t, head_dim(config))
         else:
             constants = torch.zeros(()).expand(*shape, t, t)  # a view: patch_model copies only the replaced heads
+            if papa.get("output_corrections"):
+                corrections = torch.zeros(()).expand(*shape, t, head_dim(config))
     # folders saved before heads were laid out [dynamic | replaced] hold the stock layout: load it as
     # it is, then lay it out
     stock_layout = "seq_len" in papa and papa.get("head_layout") != HEAD_LAYOUT
     model = build_model(papa["model_class"], config, None, constants, papa.get("static_heads"),
                         papa.get("mix_all_heads", False), mean_outputs=means, reorder=not stock_layout,
-                        structured=structured)
+                        output_corrections=corrections, structured=structured)
     probe = papa.get("probe")
     if probe:
         model = PROBES[probe["kind"]](model, probe["seq_len"])

@@ -9,34 +9,20 @@ usage dump. As in HF's example scripts, a single argument ending in `.json` is a
 (`{"task_name": "cola", "do_train": true, ...}`).
 """
 
-import argparse
-import json
 from dataclasses import dataclass, field
 from typing import Literal
 
-from transformers import HfArgumentParser, TrainingArguments
+from transformers import TrainingArguments
 
-from ..errors import PapaError, check_positive, check_seed, check_writable_folder, first_line
-from ..io import load_json_object
+from ..errors import PapaError, check_positive, check_seed, check_writable_folder
+from .command_line import RENAMED_FLAGS, json_to_argv, modernize_argv, parse_dataclasses  # noqa: F401  (public)
 from ..models.bundled import check_model_path
 from ..models.modeling import training_mode
 from .structured_constants import check_structured_flags
 
 # the sweep's control runs (papa.sweep.controls)
-SWEEP_CONTROLS = ("uniform", "random_order", "mean_output", "zero_output", "first_token", "trained_constant")
-
-# transformers 5 renamed this flag; the original commands use the old spelling
-RENAMED_FLAGS = {"--evaluation_strategy": "--eval_strategy"}
-
-
-def modernize_argv(argv):
-    """Rewrite renamed flags (`--evaluation_strategy epoch`, `--evaluation_strategy=epoch`)."""
-    out = []
-    for arg in argv:
-        name, eq, value = arg.partition("=")
-        out.append(RENAMED_FLAGS.get(name, name) + eq + value if name in RENAMED_FLAGS else arg)
-    return out
-
+SWEEP_CONTROLS = ("uniform", "random_order", "mean_output", "zero_output", "first_token", "trained_constant",
+                  "mean_corrected", "optimal_output")
 
 REVISION_HELP = "Model version on the hub: a branch name, tag name or commit id."
 TOKEN_HELP = "Hub token for private models or datasets (default: the one `hf auth login` stored, if any)."
@@ -87,12 +73,14 @@ class ModelArguments:
     static_heads_num: int = field(
         default=0, metadata={"help": "How many heads (first rows of sorted_heads.json) to replace by constant matrices."}
     )
-    replace_heads_with: Literal["constant", "mean_output", "zero_output", "first_token"] = field(
+    replace_heads_with: Literal["constant", "mean_output", "zero_output", "first_token", "mean_corrected"] = field(
         default="constant", metadata={"help": "What the replaced heads do: attend with their constant matrix (avgs.pt, "
                                               "PAPA); output their training-set mean (mean_outputs.pt in "
                                               "--static_heads_dir, mean ablation); output 0 (zero ablation); or "
-                                              "attend only to the first token (the attention sink). The last two "
-                                              "read no file."}
+                                              "attend only to the first token (the attention sink), which two "
+                                              "read no file; or mean_corrected: attend with the constant matrix "
+                                              "and add E[A V] - A_avg E[V] (output_corrections.pt in "
+                                              "--static_heads_dir)."}
     )
 
     ranker: Literal["lambda", "gates", "taylor", "loo", "iterative", "iterative_taylor"] = field(
@@ -123,6 +111,11 @@ class ModelArguments:
     ranker_max_samples: int | None = field(default=None, metadata={
         "help": "The ranking run ranks on the first N training examples only (the probe of a probe task still trains "
                 "on all of them)."})
+    head_replacements: bool = field(default=False, metadata={
+        "help": "With --sort_calculating: also write head_replacements.csv and .png, per head the held-out loss change "
+                "(the first evaluation split, --max_eval_samples) when it alone is replaced by each replacement: "
+                "constant, mean_corrected, mean_output, zero_output, first_token (mean_corrected and mean_output "
+                "read output_corrections.pt and mean_outputs.pt in --static_heads_dir: averaging --mean_corrections)."})
     loo_prefix_cache: bool = field(default=True, metadata={
         "help": "--ranker loo / iterative: compute the blocks below a head's layer once per batch and reuse them "
                 "(false: every replacement runs the whole model; the same scores, slower)."})
@@ -282,6 +275,9 @@ class AveragingArguments:
     preprocessing_num_workers: int | None = field(default=None, metadata={"help": "Processes that tokenise the data."})
     mean_outputs: bool = field(default=False, metadata={
         "help": "Also write mean_outputs.pt: each head's mean output per position (for --replace_heads_with mean_output)."})
+    mean_corrections: bool = field(default=False, metadata={
+        "help": "Also write mean_outputs.pt, mean_values.pt and output_corrections.pt (E[A V] - A_avg E[V] per head "
+                "and position, for --replace_heads_with mean_corrected)."})
     constants: Literal["full", "toeplitz", "sink_window"] = field(default="full", metadata={
         "help": "What to write: full (avgs.pt and the sums, T x T per head: the original); toeplitz (a causal "
                 "decoder's structured constants, structured_constants.pt: per head a weight on the first "
@@ -344,47 +340,6 @@ class UnusedAveragingArguments:
         if self.push_to_hub:
             raise PapaError("--push_to_hub is not supported by the averaging scripts (the original cloned the hub "
                             "repository but never pushed to it); drop it and upload --output_dir with `hf upload`")
-
-
-def json_to_argv(path):
-    """The command line a JSON file of arguments stands for: {"do_train": true, "ks": [0, 72]} -> --do_train true --ks 0 72."""
-    values = load_json_object(path, 'an arguments file holds one JSON object, {"flag": value, ...}')
-    argv = []
-    for name, value in values.items():
-        if value is None:
-            continue
-        items = value if isinstance(value, list) else [value]
-        argv += [f"--{name}"] + [json.dumps(v) if isinstance(v, dict) else str(v).lower() if isinstance(v, bool)
-                                 else str(v) for v in items]
-    return argv
-
-
-class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
-    """HF's formatter, without "(default: None)" after a help that says what the default is, or has none."""
-
-    def _get_help_string(self, action):
-        if action.default is None or "default" in (action.help or "").lower():
-            return action.help
-        return super()._get_help_string(action)
-
-
-def parse_dataclasses(types, argv, remaining=False, **parser_kwargs):
-    """`HfArgumentParser(types).parse_args_into_dataclasses(argv)`, bad flags and values as a PapaError.
-
-    A single argument ending in `.json` is read as a file of arguments. With `remaining`, flags no
-    dataclass knows are returned (last) instead of being an error.
-    """
-    argv = list(argv)
-    if len(argv) == 1 and argv[0].endswith(".json"):
-        argv = json_to_argv(argv[0])
-    parser = HfArgumentParser(types, exit_on_error=False, **{"formatter_class": HelpFormatter, **parser_kwargs})
-    try:
-        return tuple(parser.parse_args_into_dataclasses(args=modernize_argv(argv), return_remaining_strings=remaining,
-                                                        look_for_args_file=False))
-    except argparse.ArgumentError as err:  # a bad value, or a flag without its value
-        raise PapaError(str(err)) from None
-    except ValueError as err:  # unknown flags, and TrainingArguments' own consistency checks
-        raise PapaError(first_line(err)) from None
 
 
 def parse_training_args(argv):

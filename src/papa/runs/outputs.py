@@ -53,7 +53,7 @@ def checkpoint_to_resume(training_args):
     return resume or last
 
 
-PAPA_PARAMETERS = ("constant_matrices", "lambdas", "mean_outputs")
+PAPA_PARAMETERS = ("constant_matrices", "lambdas", "mean_outputs", "output_corrections")
 
 
 def same_tensor_shape(saved, ours):

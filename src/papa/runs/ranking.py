@@ -172,6 +172,36 @@ def rank_heads(trainer, task, model_args, training_args, train_probe):
     return scored
 
 
+def write_head_replacements(trainer, task, model_args, training_args, dataset):
+    """head_replacements.csv and .png in the output folder: every head's loss change on `dataset` (held out) under
+    each replacement (papa.method.replacements), loaded in turn into the ranking run's mix-mode model; the model
+    holds PAPA's averages and its gates again afterwards."""
+    from ..method.replacements import (head_replacement_deltas, head_replacements_rows, load_replacement,
+                                       plot_head_replacements, replacement_pairs, rows_csv)
+
+    if not model_args.sort_calculating:
+        raise PapaError("--head_replacements scores heads in the ranking run: add --sort_calculating True")
+    if dataset is None:
+        raise PapaError("--head_replacements needs held-out data: give the task an evaluation split (--do_eval)")
+    model = trainer.model.eval()
+    gates = [module.papa_gate for module in attention_modules(model)]
+    batches = [trainer._prepare_inputs(b) for b in trainer.get_eval_dataloader(dataset)]
+    pairs = replacement_pairs(model_args.static_heads_dir)
+    stage(f"replacing each head alone by {', '.join(pairs)} on {len(dataset)} held-out examples")
+    deltas, variance = head_replacement_deltas(model, batches, task.kind, pairs, model_args.ranker_loss,
+                                               log=lambda name: stage(f"head replacements: {name} done"))
+    pairs = replacement_pairs(model_args.static_heads_dir, ("constant",))
+    load_replacement(model, *pairs["constant"])
+    for module, gate in zip(attention_modules(model), gates):  # the evaluation's model as the ranking left it
+        module.papa_gate = gate
+    rows = head_replacements_rows(deltas, variance, pairs["constant"][0])
+    if trainer.is_world_process_zero():
+        save_text(rows_csv(rows), os.path.join(training_args.output_dir, "head_replacements.csv"))
+        plot_head_replacements(rows, os.path.join(training_args.output_dir, "head_replacements.png"))
+        stage(f"wrote head_replacements.csv and head_replacements.png to {training_args.output_dir}")
+    return rows
+
+
 def _gate_logger(steps):
     every = max(1, steps // 10)
 

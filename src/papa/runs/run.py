@@ -17,15 +17,13 @@ work: bad input raises `PapaError`.
 
 import logging
 import os
-from typing import NamedTuple
 
 import torch
 import transformers
 from datasets import DatasetDict
 from transformers import AutoModel, default_data_collator, set_seed
 
-from ..method.ablations import first_token_matrices, zero_outputs
-from ..method.attention import head_dim, load_constant_matrices, load_mean_outputs
+from ..method.attention import patch_model
 from ..method.averaging import accumulate_attention, averages_info, averages_origin_notes, distributed_context, shard
 from ..data.conll import load_token_task
 from ..console import progress_bar, quiet_trainer, stage
@@ -40,10 +38,11 @@ from .outputs import (check_checkpoint_matches, checkpoint_to_resume, save_resul
                       write_token_predictions)
 from .predictions import predictions_file, write_eval_predictions
 from ..models.pretrained import check_model_paths, load_config_and_tokenizer
-from ..method.ranking import check_static_heads_num, first_k_heads, load_sorted_heads
-from .ranking import prepare_lambda_training, rank_heads, ranking_units, save_lambda_ranking
+from .ranking import (prepare_lambda_training, rank_heads, ranking_units, save_lambda_ranking,
+                      write_head_replacements)
 from ..data.task_folders import resolve_data_dir
-from .structured_constants import run_constants, structured_averager, write_sink_window, write_toeplitz
+from .replacements import REPLACEMENT_FILES, check_heads_setup, heads_to_replace
+from .structured_constants import structured_averager, write_sink_window, write_toeplitz
 from ..data.tokenized_cache import tokenize_cached
 
 logger = logging.getLogger("papa")
@@ -123,8 +122,12 @@ def run_averaging(task, args):
                         batch_size=args.per_device_train_batch_size, collate_fn=default_data_collator)
     progress = progress_bar(len(loader), "Averaging", disable=rank != 0)
     autocast_dtype = {"no": None, "fp16": torch.float16, "bf16": torch.bfloat16}[args.mixed_precision]
+    if args.mean_corrections:  # the values are read through PAPA's modules (no head replaced)
+        patch_model(model, torch.zeros(()).expand(config.num_hidden_layers, config.num_attention_heads,
+                                                  args.max_length, args.max_length))
     averager = accumulate_attention(model, loader, args.max_length, device, progress, mean_outputs=args.mean_outputs,
-                                    autocast_dtype=autocast_dtype, averager=structured_averager(args, config, device))
+                                    autocast_dtype=autocast_dtype, value_means=args.mean_corrections,
+                                    averager=structured_averager(args, config, device))
     progress.close()
     averager.all_reduce()
     if rank == 0 and args.constants == "toeplitz":
@@ -132,7 +135,9 @@ def run_averaging(task, args):
     elif rank == 0:
         averager.save(args.output_dir, averages_info(task.name, path or f"untrained {args.model_type}",
                                                      args.max_length, averager.num_examples))
-        stage(f"wrote avgs.pt{' and mean_outputs.pt' if args.mean_outputs else ''} [{config.num_hidden_layers}, "
+        extra = (" with mean_outputs.pt, mean_values.pt and output_corrections.pt" if args.mean_corrections
+                 else " and mean_outputs.pt" if args.mean_outputs else "")
+        stage(f"wrote avgs.pt{extra} [{config.num_hidden_layers}, "
               f"{config.num_attention_heads}, {args.max_length}, {args.max_length}] from {averager.num_examples} "
               f"examples ({world_size} process(es)) to {args.output_dir}")
     if world_size > 1:
@@ -149,87 +154,6 @@ def requested_splits(training_args):
     if not splits:
         raise PapaError("nothing to do: pass --do_train, --do_eval and/or --do_predict")
     return splits
-
-
-# what the replaced heads read from --static_heads_dir, per --replace_heads_with (None: built here,
-# papa.method.ablations, from the model's shape and --max_seq_length)
-REPLACEMENT_FILES = {"constant": "avgs.pt", "mean_output": "mean_outputs.pt", "zero_output": None,
-                     "first_token": None}
-
-
-class HeadReplacement(NamedTuple):
-    """What a probing run replaces heads with (at most one of the three), and which heads."""
-
-    constant_matrices: torch.Tensor | None  # avgs.pt [L, H, T, T]
-    mean_outputs: torch.Tensor | None  # mean_outputs.pt [L, H, T, d], with --replace_heads_with mean_output
-    static_heads: dict  # {layer: [heads]}
-    mix_all_heads: bool  # the ranking run
-    structured: tuple | None = None  # --constants toeplitz / sink_window: (sink [L, H, S], profile [L, H, D])
-
-    @property
-    def loaded(self):
-        """The tensor read from --static_heads_dir, or None."""
-        return self.mean_outputs if self.mean_outputs is not None else self.constant_matrices
-
-
-def load_replacements(model_args, config, static_heads, seq_len):
-    """A HeadReplacement of `static_heads` with avgs.pt or, per --replace_heads_with, mean_outputs.pt, zero outputs
-    or first-token matrices (of length `seq_len`)."""
-    shape = (config.num_hidden_layers, config.num_attention_heads)
-    if model_args.replace_heads_with == "zero_output":
-        return HeadReplacement(None, zero_outputs(*shape, seq_len, head_dim(config)), static_heads, False)
-    if model_args.replace_heads_with == "first_token":
-        return HeadReplacement(first_token_matrices(*shape, seq_len), None, static_heads, False)
-    if model_args.replace_heads_with == "mean_output":
-        means = load_mean_outputs(model_args.static_heads_dir, *shape, head_dim(config))
-        return HeadReplacement(None, means, static_heads, False)
-    structured = run_constants(model_args, config)
-    if structured is not None:
-        return HeadReplacement(None, None, static_heads, False, structured)
-    return HeadReplacement(load_constant_matrices(model_args.static_heads_dir, *shape), None, static_heads, False)
-
-
-def heads_to_replace(model_args, config, seq_len):
-    """The run's HeadReplacement, validated against its flags; `seq_len`: --max_seq_length."""
-    num_layers, num_heads = config.num_hidden_layers, config.num_attention_heads
-    k = model_args.static_heads_num
-    check_static_heads_num(k, num_layers, num_heads)  # before anything else: k < 0 must not pass as "no heads"
-    mode = model_args.replace_heads_with
-    if mode != "constant" and (model_args.sort_calculating or model_args.grad_for_classifier_and_static_only):
-        flag = "--sort_calculating" if model_args.sort_calculating else "--grad_for_classifier_and_static_only"
-        raise PapaError(f"{flag} works on the averages' constant matrices; drop it or --replace_heads_with {mode}")
-    if model_args.sort_calculating:
-        if not model_args.static_heads_dir:
-            raise PapaError("--sort_calculating needs --static_heads_dir (the folder holding avgs.pt)")
-        if k:
-            raise PapaError("--sort_calculating mixes every head; drop --static_heads_num")
-        structured = run_constants(model_args, config)
-        constants = None if structured else load_constant_matrices(model_args.static_heads_dir, num_layers, num_heads)
-        return HeadReplacement(constants, None, {}, True, structured)
-    reads_file = REPLACEMENT_FILES[mode] is not None
-    needed = ("--static_heads_dir", "--sorting_heads_dir") if reads_file else ("--sorting_heads_dir",)
-    missing = [f for f in needed if not getattr(model_args, f[2:])]
-    if k > 0 and missing:
-        raise PapaError(f"--static_heads_num {k} needs {' and '.join(missing)} "
-                        f"({' and '.join(f for f in (REPLACEMENT_FILES[mode], 'sorted_heads.json') if f)})")
-    if reads_file and not model_args.static_heads_dir:
-        return HeadReplacement(None, None, {}, False)
-    static = {}
-    if k > 0:
-        ranking = load_sorted_heads(model_args.sorting_heads_dir, num_layers, num_heads)
-        static = first_k_heads(ranking, k, num_layers, num_heads)
-    return load_replacements(model_args, config, static, seq_len)
-
-
-def check_heads_setup(constants, mix, mode, max_seq_length, do_train, name="avgs.pt"):
-    """The constant matrices (or mean outputs, `name`) fit T, and the training mode fits what is being replaced."""
-    if constants is not None and constants.shape[2] != max_seq_length:
-        raise PapaError(f"{name} was computed at length {constants.shape[2]} but --max_seq_length is "
-                        f"{max_seq_length}; use --max_seq_length {constants.shape[2]} or recompute {name}")
-    if mix and not do_train:
-        raise PapaError("--sort_calculating ranks heads by training their mixing weights: add --do_train")
-    if mode == "grad_for_classifier_and_static_only" and constants is None:
-        raise PapaError("--grad_for_classifier_and_static_only trains constant matrices: pass --static_heads_dir")
 
 
 # ----------------------------------------------------------------------------- probing: pieces
@@ -355,13 +279,14 @@ def run_probing(task, model_args, data_args, training_args):
 
     num_replaced = sum(len(h) for h in heads.static_heads.values())
     doing = {"constant": "constant", "mean_output": "mean-output", "zero_output": "zero-output",
-             "first_token": "first-token"}[model_args.replace_heads_with]
+             "first_token": "first-token", "mean_corrected": "mean-corrected"}[model_args.replace_heads_with]
     replaced = f"{num_replaced} {doing} heads"
     stage(f"{task.name}: {path}, {'mixing all heads (ranking run)' if heads.mix_all_heads else replaced}, "
           f"mode={(mode or 'full fine-tuning') if training_args.do_train else 'evaluation only'}, T={data_args.max_seq_length}")
     model = build_model(task.model_class, config, path, heads.constant_matrices, heads.static_heads,
                         heads.mix_all_heads, data_args.max_seq_length if model_args.use_freeze_extract_pooler else None,
-                        model_args.cache_dir, mean_outputs=heads.mean_outputs, structured=heads.structured)
+                        model_args.cache_dir, mean_outputs=heads.mean_outputs,
+                        output_corrections=heads.output_corrections, structured=heads.structured)
     ranker = model_args.ranker if heads.mix_all_heads else None
     if ranker not in (None, "lambda"):  # the probe trains at k = 0 first, alone (papa.runs.ranking)
         mode = "grad_for_classifier_only"
@@ -382,6 +307,8 @@ def run_probing(task, model_args, data_args, training_args):
                                                                        len(data["train"]))))
         units = ranking_units(config, model_args) if ranker else None
         train_and_save(trainer, tokenizer, units, training_args, checkpoint)
+    if model_args.head_replacements:  # after the ranking, at the stock model (every gate 0)
+        write_head_replacements(trainer, task, model_args, training_args, next(iter(data["eval"].values()), None))
     if training_args.do_eval:
         evaluate_and_save(trainer, data["eval"], training_args.output_dir, task, label_list)
     if training_args.do_predict and task.kind == "token":

@@ -22,9 +22,9 @@ def check_structured_flags(args):
     check_positive(args.window, "--window")
     if args.window is not None and args.constants != "sink_window":
         raise PapaError("--window is the sink_window constants' window: add --constants sink_window, or drop it")
-    if args.mean_outputs and args.constants != "full":
-        raise PapaError(f"--mean_outputs records head outputs beside full averages; drop it with --constants "
-                        f"{args.constants}")
+    extra = "--mean_outputs" if args.mean_outputs else "--mean_corrections" if args.mean_corrections else None
+    if extra and args.constants != "full":
+        raise PapaError(f"{extra} records head outputs beside full averages; drop it with --constants {args.constants}")
 
 
 def check_decoder(config, constants):

@@ -36,7 +36,9 @@ class SweepArguments:
                                            "training-set mean), zero_output (heads output 0), first_token (heads "
                                            "attend only to the first token), trained_constant (the constant "
                                            "matrices trained with the probe on the task's loss, from the "
-                                           "averages)."})
+                                           "averages), mean_corrected (constant matrices plus E[A V] - A_avg E[V], "
+                                           "so each head outputs its own mean on average), optimal_output (constant "
+                                           "outputs trained on the task's loss from the mean outputs)."})
     ranker: list[str] | None = field(default=None, metadata={
         "nargs": "+", "choices": RANKERS, "help": "How the heads are ranked (papa.method.rankers; run_papa_glue.py "
         "--ranker): lambda (the original's trained mixing weights; default), gates, taylor, loo, iterative, "
@@ -56,6 +58,11 @@ class SweepArguments:
         "distill (KL from the stock model's outputs)."})
     rank_kv_groups: bool = field(default=False, metadata={
         "help": "Rank a decoder's K/V groups as units (every ranker)."})
+    head_replacements: bool = field(default=False, metadata={
+        "help": "The first ranker's ranking runs also write head_replacements.csv and .png (sort/): per head, the "
+                "held-out loss change when it alone is replaced by constant attention, mean_corrected, mean output, "
+                "zero output or first token, with its profile and pattern variance (the averaging pass then records "
+                "the mean corrections)."})
     lambda_learning_rate: float | None = field(default=None, metadata={
         "help": "Learning rate of λ (lambda) and of the gates (gates; default 0.02)."})
     train_file: str | None = field(default=None, metadata={"help": "Training file, passed to every stage."})

@@ -18,9 +18,18 @@
                   starting from the averages (the original's --grad_for_classifier_and_static_only; an lm
                   run trains them on the LM loss over the training blocks): the attention-level optimal
                   constant of Li & Janson (2024). Tells how far the averages are from the best constant.
+    mean_corrected  the replaced heads attend with their constant matrices and add E[A V] − Ā·E[V]
+                  (`avgs/output_corrections.pt`, from the same averaging pass, `--mean_corrections`), so each
+                  outputs its own mean on average while its output still follows the values. Tells how much of
+                  PAPA's loss is the bias of Ā·E[V] against the mean output rather than the lost dependence.
+    optimal_output  the replaced heads output constants per position trained with the probe on the task's loss
+                  (an lm run: alone, on the LM loss over the training blocks), starting from their mean outputs
+                  (`--replace_heads_with mean_output --grad_for_classifier_and_static_only`): Li & Janson's
+                  (2024) optimal ablation, never worse than the mean on the data it trains on.
 
 A control's runs are ordinary probing stages in `<prefix>_k_<k>/` (uniform_k_36, random_k_36,
-mean_k_36, zero_k_36, first_k_36, trained_k_36), with the same stamps and fingerprints as PAPA's, its artifact
+mean_k_36, zero_k_36, first_k_36, trained_k_36, corrected_k_36,
+optimal_k_36), with the same stamps and fingerprints as PAPA's, its artifact
 among the fingerprinted inputs. k = 0 replaces no head, so every control shares PAPA's `k_0/`; random_order also shares PAPA's
 run at k = all heads (the same set of heads, whatever their order). A control's relative change is
 measured against that same k = 0 run. With --seeds every run is per seed (`uniform_k_36_seed_1`), and a
@@ -76,6 +85,12 @@ CONTROLS = _Registry({c.name: c for c in (
             "the replaced heads attend only to the first token"),
     Control("trained_constant", "trained", "trained constant", "attend with trained constant matrices",
             "the replaced heads' constant matrices train with the probe on the task's loss, from the averages"),
+    Control("mean_corrected", "corrected", "mean corrected", "attend with constant matrices, mean-corrected",
+            "the replaced heads attend with their constant matrices and add E[A V] - Ā·E[V] "
+            "(avgs/output_corrections.pt)"),
+    Control("optimal_output", "optimal", "optimal output", "output trained constants",
+            "the replaced heads output constants trained with the probe on the task's loss, from their mean "
+            "(avgs/mean_outputs.pt)"),
 )})
 assert tuple(CONTROLS) == SWEEP_CONTROLS
 
@@ -171,6 +186,10 @@ def control_setups(plan, seed):
         "zero_output": Setup(avgs_dir, sort_dir, [ranking], ["--replace_heads_with", "zero_output"]),
         "first_token": Setup(avgs_dir, sort_dir, [ranking], ["--replace_heads_with", "first_token"]),
         "trained_constant": Setup(avgs_dir, sort_dir, [avgs, ranking], train_constants=True),
+        "optimal_output": Setup(avgs_dir, sort_dir, [os.path.join(avgs_dir, "mean_outputs.pt"), ranking],
+                                ["--replace_heads_with", "mean_output"], train_constants=True),
+        "mean_corrected": Setup(avgs_dir, sort_dir, [avgs, os.path.join(avgs_dir, "output_corrections.pt"), ranking],
+                                ["--replace_heads_with", "mean_corrected"]),
     }
 
 

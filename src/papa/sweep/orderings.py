@@ -54,6 +54,8 @@ def ranker_flags(args):
             own += ["--ranker_steps", str(args.ranker_steps)]
         if args.rank_kv_groups:
             own += ["--rank_kv_groups", "true"]
+        if getattr(args, "head_replacements", False) and ranker == args.ranker[0]:  # PAPA's ranking runs (sort/)
+            own += ["--head_replacements", "true"]
         if args.lambda_learning_rate is not None and ranker in ("lambda", "gates"):
             own += ["--lambda_learning_rate", repr(args.lambda_learning_rate)]
         flags[ranker] = own
@@ -66,11 +68,12 @@ def describe(ranker, epochs):
             "iterative_taylor": "iterative taylor, ten rounds"}[ranker]
 
 
-def ranking_outputs(ranker):
-    """The files a ranking stage must leave."""
+def ranking_outputs(ranker, flags=()):
+    """The files a ranking stage must leave (`flags`: its own, `ranker_flags`)."""
+    extra = ["head_replacements.csv"] if "--head_replacements" in flags else []
     if ranker == "lambda":
-        return ["lambdas.npy", "sorted_heads.json", "eval_results.json"]
-    return ["sorted_heads.json", "head_scores.csv", "eval_results.json"]
+        return ["lambdas.npy", "sorted_heads.json", "eval_results.json", *extra]
+    return ["sorted_heads.json", "head_scores.csv", "eval_results.json", *extra]
 
 
 def ranker_change_columns(plan, metric):

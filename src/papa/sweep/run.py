@@ -183,7 +183,11 @@ def make_stages(plan, args, passthrough):
     if args.max_train_samples is not None:  # average over the examples the probes are trained on
         avgs_args += ["--max_train_samples", str(args.max_train_samples)]
     avgs_outputs = [plan.constants_file]
-    if "mean_output" in plan.controls:  # the mean-output control's artifact comes from the same pass
+    replacements = any("--head_replacements" in flags for _, flags in plan.ranker_flags)
+    if "mean_corrected" in plan.controls or replacements:  # the corrections (and mean outputs) come from this pass
+        avgs_args.append("--mean_corrections")
+        avgs_outputs += ["mean_outputs.pt", "mean_values.pt", "output_corrections.pt"]
+    elif {"mean_output", "optimal_output"} & set(plan.controls):  # their artifact comes from the same pass
         avgs_args.append("--mean_outputs")
         avgs_outputs.append("mean_outputs.pt")
 
@@ -225,12 +229,15 @@ def make_stages(plan, args, passthrough):
         for seed in plan.ranking_seeds:
             sort_dir = plan.ranking_folder(seed, ranker)
             shown = f", seed {seed}" if plan.rank_per_seed else ""
-            flags = ["--sort_calculating", "True", *dict(plan.ranker_flags).get(ranker, ())]
+            own = dict(plan.ranker_flags).get(ranker, ())
+            flags = ["--sort_calculating", "True", *own]
+            inputs = [avgs_pt] + ([os.path.join(avgs_dir, f) for f in ("mean_outputs.pt", "output_corrections.pt")]
+                                  if "--head_replacements" in own else [])
             stages.append(Stage(os.path.basename(sort_dir),
                                 f"ranking heads ({orderings.describe(ranker, _epochs(plan.sort_num_train_epochs))}"
                                 f"{shown})", sort_dir, train_module, train_script,
                                 training_args(sort_dir, plan.sort_num_train_epochs, flags, seed=seed),
-                                [avgs_pt], orderings.ranking_outputs(ranker)))
+                                inputs, orderings.ranking_outputs(ranker, own)))
     for seed, tag in plan.seed_runs:
         sort_dir = plan.ranking_folder(seed)
         sorted_json = os.path.join(sort_dir, "sorted_heads.json")
