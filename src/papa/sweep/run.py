@@ -59,6 +59,8 @@ class Plan:
     bootstrap_samples: int = 1000
     rankers: tuple = ("lambda",)  # --ranker: the first ranks PAPA's runs (sort/), the others are orderings
     ranker_flags: tuple = ()  # ((ranker, flags of its ranking runs beyond --sort_calculating), ...)
+    lm_eval_tasks: tuple = ()  # --lm_eval_tasks: scored in every probing run (papa.evaluation.scoring)
+    lm_eval_limit: int | None = None
 
     @property
     def total_heads(self):
@@ -145,7 +147,8 @@ def make_plan(args, task):
         controls=orderings.sweep_controls(args),
         rankers=tuple(args.ranker), ranker_flags=tuple(orderings.ranker_flags(args).items()),
         seed=args.seed, seeds=None if args.seeds is None else tuple(args.seeds), rank_per_seed=args.rank_per_seed,
-        bootstrap_samples=args.bootstrap_samples,
+        bootstrap_samples=args.bootstrap_samples, lm_eval_tasks=tuple(args.lm_eval_tasks or ()),
+        lm_eval_limit=args.lm_eval_limit,
     )
 
 
@@ -199,6 +202,7 @@ def make_stages(plan, args, passthrough):
                 *limits, *mode, *passthrough]
 
     avgs_pt = os.path.join(avgs_dir, "avgs.pt")
+    lm_eval = lm_eval_flags(plan)
 
     def probing(name, description, k, static_dir, ranking_dir, inputs, extra=(), seed=plan.seed, tag=None,
                 train_constants=False):
@@ -208,11 +212,11 @@ def make_stages(plan, args, passthrough):
         trains = train_constants or not lm
         trained = (["--grad_for_classifier_and_static_only", "true"] if train_constants
                    else [] if lm else ["--grad_for_classifier_only", "true"])
-        mode = [*trained, "--static_heads_num", str(k), "--sorting_heads_dir", ranking_dir, *extra]
+        mode = [*trained, "--static_heads_num", str(k), "--sorting_heads_dir", ranking_dir, *extra, *lm_eval]
         shown = (_epochs(plan.num_train_epochs) if trains else "evaluation") + ("" if tag is None else f", seed {seed}")
         return Stage(name, f"{description} ({shown})", folder, train_module, train_script,
                      training_args(folder, plan.num_train_epochs, mode, static_dir, seed, train=trains), inputs,
-                     ["eval_results.json"])
+                     ["eval_results.json"] + (["lm_eval_results.json"] if lm_eval else []))
 
     stages = [
         Stage("avgs", f"averaging attention over the {plan.task.name} training set (T={plan.max_seq_length})",
@@ -236,6 +240,20 @@ def make_stages(plan, args, passthrough):
                                   f"probing with k={k} constant heads of {plan.total_heads}", k, avgs_dir, sort_dir,
                                   [avgs_pt] + ([sorted_json] if k > 0 else []), seed=seed, tag=tag))
     return stages + controls.control_stages(plan, probing)
+
+
+def lm_eval_flags(plan):
+    """The probing runs' --lm_eval_tasks flags (an lm task only: the decoder's own LM head is what lm-eval scores)."""
+    if not plan.lm_eval_tasks:
+        return []
+    if plan.task.kind != "lm":
+        raise PapaError(f"--lm_eval_tasks scores a decoder's own LM head: it needs an lm task (lm, lm_qnli, lm_mrpc), "
+                        f"not {plan.task.name}")
+    from ..evaluation import require_lm_eval
+
+    require_lm_eval()
+    limit = [] if plan.lm_eval_limit is None else ["--lm_eval_limit", str(plan.lm_eval_limit)]
+    return ["--lm_eval_tasks", *plan.lm_eval_tasks, *limit]
 
 
 def check_training_flags(stage):
