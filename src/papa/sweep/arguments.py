@@ -99,6 +99,8 @@ class SweepArguments:
         "beside the sweep's metric, in results.md/csv and lm_eval.png. Needs lm-eval (pip install -e '.[lm_eval]')."})
     lm_eval_limit: int | None = field(default=None, metadata={
         "help": "--lm_eval_tasks: score the first N documents of each task only."})
+    lm_eval_data_dir: str | None = field(default=None, metadata={
+        "help": "--lm_eval_tasks: the data root they read (holding glue/SST-2/dev.tsv, ...). Default: --data_dir."})
     cache_dir: str | None = field(default=None, metadata={"help": "Hub cache folder, passed to every stage."})
     extra_args: str = field(default="", metadata={
         "help": "More flags for the training runs, as one string: --extra_args=\"--weight_decay 0.01\" (with '='). "

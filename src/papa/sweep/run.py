@@ -202,7 +202,7 @@ def make_stages(plan, args, passthrough):
                 *limits, *mode, *passthrough]
 
     avgs_pt = os.path.join(avgs_dir, "avgs.pt")
-    lm_eval = lm_eval_flags(plan)
+    lm_eval = lm_eval_flags(plan, getattr(args, "lm_eval_data_dir", None) or args.data_dir)
 
     def probing(name, description, k, static_dir, ranking_dir, inputs, extra=(), seed=plan.seed, tag=None,
                 train_constants=False):
@@ -242,8 +242,10 @@ def make_stages(plan, args, passthrough):
     return stages + controls.control_stages(plan, probing)
 
 
-def lm_eval_flags(plan):
-    """The probing runs' --lm_eval_tasks flags (an lm task only: the decoder's own LM head is what lm-eval scores)."""
+def lm_eval_flags(plan, data_dir=None):
+    """The probing runs' --lm_eval_tasks flags (an lm task only: the decoder's own LM head is what lm-eval scores);
+    their data is read under --lm_eval_data_dir, which papa.sweep.grid sets to --data_dir as given (the runs' own
+    --data_dir is the task's folder)."""
     if not plan.lm_eval_tasks:
         return []
     if plan.task.kind != "lm":
@@ -253,7 +255,8 @@ def lm_eval_flags(plan):
 
     require_lm_eval()
     limit = [] if plan.lm_eval_limit is None else ["--lm_eval_limit", str(plan.lm_eval_limit)]
-    return ["--lm_eval_tasks", *plan.lm_eval_tasks, *limit]
+    where = [] if data_dir is None else ["--lm_eval_data_dir", os.path.abspath(data_dir)]
+    return ["--lm_eval_tasks", *plan.lm_eval_tasks, *limit, *where]
 
 
 def check_training_flags(stage):
