@@ -7,6 +7,7 @@ setup(
     description="PAPA: probing how much pretrained Transformers use input-dependent attention (Hassid et al., 2022)",
     package_dir={"": "src"},
     packages=find_packages("src"),
+    package_data={"papa": ["evaluation/tasks/*.yaml", "evaluation/tasks/*.py"]},  # lm-eval tasks: papa.evaluation.TASKS_DIR
     python_requires=">=3.10",
     install_requires=[
         "torch>=2.4",
@@ -26,6 +27,8 @@ setup(
     extras_require={
         # papa.interop's hooks for TransformerLens's TransformerBridge (docs/api.md); papa itself never imports it
         "transformer-lens": ["transformer-lens>=4.3,<5"],
+        # lm-evaluation-harness: the model type `papa`, the offline tasks and --lm_eval_tasks (pip install -e '.[lm_eval]')
+        "lm_eval": ["lm_eval==0.4.13"],
     },
     entry_points={
         "console_scripts": [
@@ -36,6 +39,7 @@ setup(
             "papa-ner-avgs=papa.cli.ner_avgs:main",
             "papa-benchmark=papa.cli.benchmark:main",
             "papa-compare=papa.cli.compare:main",
+            "papa-lm-eval=papa.cli.lm_eval_cli:main",  # lm-eval's command with the model type papa (extra lm_eval)
         ],
     },
 )

@@ -204,10 +204,16 @@ class DataArguments:
     return_entity_level_metrics: bool = field(
         default=False, metadata={"help": "Token tasks: also report precision/recall/f1 per entity type."}
     )
+    lm_eval_tasks: list[str] | None = field(default=None, metadata={
+        "help": "lm tasks: after --do_eval, also score the model with these lm-eval tasks (papa_sst2, papa_lm_qnli, "
+                "...: docs/lm_eval.md) into lm_eval_results.json. Needs lm-eval (pip install -e '.[lm_eval]')."})
+    lm_eval_limit: int | None = field(default=None, metadata={"help": "--lm_eval_tasks: the first N documents of each."})
+    lm_eval_data_dir: str | None = field(default=None, metadata={
+        "help": "--lm_eval_tasks: the data root they read (holding glue/SST-2/dev.tsv, ...); default --data_dir."})
 
     def __post_init__(self):
         for flag in ("max_seq_length", "max_train_samples", "max_eval_samples", "max_predict_samples",
-                     "preprocessing_num_workers"):
+                     "preprocessing_num_workers", "lm_eval_limit"):
             check_positive(getattr(self, flag), f"--{flag}")
 
 

@@ -29,6 +29,7 @@ from ..data.conll import load_token_task
 from ..console import progress_bar, quiet_trainer, stage
 from ..data.glue import load_sequence_task
 from ..errors import PapaError
+from ..evaluation.scoring import check_lm_eval_run, score_probing_model
 from ..families import family_for
 from ..io import atomic_files, atomic_path
 from ..data.lm import check_lm_flags, check_lm_run, lm_blocks, load_lm_texts
@@ -251,6 +252,7 @@ def run_probing(task, model_args, data_args, training_args):
                          model_args.grad_for_classifier_and_static_only)
     if task.kind == "lm":
         check_lm_run(mode, data_args.use_papa_preprocess, model_args.use_freeze_extract_pooler, training_args)
+    check_lm_eval_run(task, data_args)
     splits = requested_splits(training_args)
     if training_args.fp16 and training_args.device.type == "cpu":  # accelerate autocasts only bf16 on CPU
         stage("note: with --fp16 on CPU the Trainer runs in float32 (docs/precision.md); "
@@ -311,6 +313,8 @@ def run_probing(task, model_args, data_args, training_args):
         write_head_replacements(trainer, task, model_args, training_args, next(iter(data["eval"].values()), None))
     if training_args.do_eval:
         evaluate_and_save(trainer, data["eval"], training_args.output_dir, task, label_list)
+        if data_args.lm_eval_tasks and trainer.is_world_process_zero():  # papa.evaluation.scoring
+            score_probing_model(trainer.model, tokenizer, data_args, training_args.output_dir)
     if training_args.do_predict and task.kind == "token":
         write_token_predictions(trainer, label_list, data["test"][""], training_args.output_dir)
     elif training_args.do_predict:

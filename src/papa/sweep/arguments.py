@@ -100,6 +100,14 @@ class SweepArguments:
     bootstrap_samples: int = field(default=1000, metadata={
         "help": "Resamples of the paired bootstrap behind each change's 95 percent interval (seeded: the same "
                 "predictions give the same results.csv)."})
+    lm_eval_tasks: list[str] | None = field(default=None, metadata={
+        "nargs": "+", "help": "lm tasks: also score every k (and every control) with these lm-eval tasks (papa_sst2 "
+        "papa_cola papa_mrpc papa_qnli papa_mnli papa_wnli papa_lm_qnli ..., reading --data_dir; docs/lm_eval.md) "
+        "beside the sweep's metric, in results.md/csv and lm_eval.png. Needs lm-eval (pip install -e '.[lm_eval]')."})
+    lm_eval_limit: int | None = field(default=None, metadata={
+        "help": "--lm_eval_tasks: score the first N documents of each task only."})
+    lm_eval_data_dir: str | None = field(default=None, metadata={
+        "help": "--lm_eval_tasks: the data root they read (holding glue/SST-2/dev.tsv, ...). Default: --data_dir."})
     cache_dir: str | None = field(default=None, metadata={"help": "Hub cache folder, passed to every stage."})
     extra_args: str = field(default="", metadata={
         "help": "More flags for the training runs, as one string: --extra_args=\"--weight_decay 0.01\" (with '='). "
@@ -142,7 +150,7 @@ class SweepArguments:
         if self.task_name is None and self.train_file is None and self.validation_file is None:
             self.task_name = "repeat"  # nothing to read: the built-in task
         for flag in ("num_train_epochs", "sort_num_train_epochs", "learning_rate", "per_device_train_batch_size",
-                     "max_seq_length", "max_train_samples", "max_eval_samples"):
+                     "max_seq_length", "max_train_samples", "max_eval_samples", "lm_eval_limit"):
             check_positive(getattr(self, flag), f"--{flag}")
         if self.static_heads_nums is not None and not self.static_heads_nums:
             raise PapaError("--static_heads_nums needs at least one value")

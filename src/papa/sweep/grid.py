@@ -107,6 +107,8 @@ def run_grid(args, passthrough=()):
     tasks = [resolve_task(None, name, args.train_file, cache_dir=args.cache_dir) for name in args.task_names]
     tasks = list({t.name: t for t in tasks}.values())
     models = args.model_names
+    # the lm-eval tasks read the root as given, before it becomes the sweep's task folder (papa.evaluation.data)
+    args = dataclasses.replace(args, lm_eval_data_dir=args.lm_eval_data_dir or args.data_dir)
     if len(tasks) == 1 and len(models) == 1:
         if args.data_dir and not args.train_file:  # a root works for one task too
             args = dataclasses.replace(args, data_dir=resolve_data_dir(args.data_dir, tasks[0], False))

@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from ..errors import PapaError
 from ..io import load_json_object, save_text
 from .aggregate import add_intervals, merge_seeds, per_seed_rows
-from . import orderings
+from . import lm_eval_table, orderings
 from .claims import claims, claims_markdown, half_k
 from .differences import DIFF_PREFIX, add_differences, difference_column, differences_markdown
 from .intervals import change_text
@@ -275,7 +275,7 @@ def is_summary_column(column):
 
 
 RESULTS_FILES = ("results.csv", "results_per_seed.csv", "results.md", "results.png", "lambdas.png",
-                 "constant_matrices.png", "differences.png", "ranking_stability.csv")
+                 "constant_matrices.png", "differences.png", "ranking_stability.csv", "lm_eval.png")
 
 
 def remove_results(output_dir):
@@ -299,12 +299,13 @@ def write_results(plan, model_name, stages=()):
     main = f"eval_{task.main_metrics[0]}"
     add_differences(columns, rows, distributions, plan.controls, [f"eval_{m}" for m in task.main_metrics])
     orderings.add_ordering_differences(columns, rows, distributions, plan, [f"eval_{m}" for m in task.main_metrics])
+    scored = lm_eval_table.add_columns(columns, rows, plan, plan.bootstrap_samples) if plan.lm_eval_tasks else {}
     save_text(results_csv(columns, rows), os.path.join(output_dir, "results.csv"))
     save_text(results_csv(*per_seed_rows(tables)), os.path.join(output_dir, "results_per_seed.csv"))
     title = f"PAPA sweep: {model_name} on {task.name}"
     warning = chance_warning(task, rows)
     papa_columns = [c for c in columns if is_summary_column(c) and not c.startswith(DIFF_PREFIX) and
-                    not any(c.startswith((f"{n}_", f"rel_change_{n}_")) for n in plan.controls)]
+                    not lm_eval_table.is_lm_eval_column(c) and not any(c.startswith((f"{n}_", f"rel_change_{n}_")) for n in plan.controls)]
     note = interval_note(rows, plan.bootstrap_samples)
     if notes:
         note = (note + " " if note else "") + f"No interval where a run's predictions are missing: {notes[0]}"
@@ -323,6 +324,9 @@ def write_results(plan, model_name, stages=()):
     write_stability(stability, output_dir)
     if stability:
         markdown += "\n" + stability_markdown(stability, "seeds")
+    if scored:
+        markdown += "\n" + lm_eval_table.markdown(rows, plan, scored)
+        lm_eval_table.plot(rows, plan, scored, os.path.join(output_dir, "lm_eval.png"), f"lm-eval: {title[12:]}")
     if stages:
         markdown += "\n" + times_markdown(stage_times(stages))
     save_text(markdown, os.path.join(output_dir, "results.md"))

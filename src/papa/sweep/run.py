@@ -62,6 +62,8 @@ class Plan:
     rankers: tuple = ("lambda",)  # --ranker: the first ranks PAPA's runs (sort/), the others are orderings
     ranker_flags: tuple = ()  # ((ranker, flags of its ranking runs beyond --sort_calculating), ...)
     constants_file: str = "avgs.pt"  # what the averaging stage writes: structured_constants.pt with --constants
+    lm_eval_tasks: tuple = ()  # --lm_eval_tasks: scored in every probing run (papa.evaluation.scoring)
+    lm_eval_limit: int | None = None
 
     @property
     def total_heads(self):
@@ -148,7 +150,8 @@ def make_plan(args, task):
         controls=orderings.sweep_controls(args),
         rankers=tuple(args.ranker), ranker_flags=tuple(orderings.ranker_flags(args).items()),
         seed=args.seed, seeds=None if args.seeds is None else tuple(args.seeds), rank_per_seed=args.rank_per_seed,
-        bootstrap_samples=args.bootstrap_samples,
+        bootstrap_samples=args.bootstrap_samples, lm_eval_tasks=tuple(args.lm_eval_tasks or ()),
+        lm_eval_limit=args.lm_eval_limit,
     )
 
 
@@ -206,6 +209,7 @@ def make_stages(plan, args, passthrough):
                 *limits, *mode, *passthrough]
 
     avgs_pt = os.path.join(avgs_dir, plan.constants_file)
+    lm_eval = lm_eval_flags(plan, getattr(args, "lm_eval_data_dir", None) or args.data_dir)
 
     def probing(name, description, k, static_dir, ranking_dir, inputs, extra=(), seed=plan.seed, tag=None,
                 train_constants=False):
@@ -215,11 +219,11 @@ def make_stages(plan, args, passthrough):
         trains = train_constants or not lm
         trained = (["--grad_for_classifier_and_static_only", "true"] if train_constants
                    else [] if lm else ["--grad_for_classifier_only", "true"])
-        mode = [*trained, "--static_heads_num", str(k), "--sorting_heads_dir", ranking_dir, *extra]
+        mode = [*trained, "--static_heads_num", str(k), "--sorting_heads_dir", ranking_dir, *extra, *lm_eval]
         shown = (_epochs(plan.num_train_epochs) if trains else "evaluation") + ("" if tag is None else f", seed {seed}")
         return Stage(name, f"{description} ({shown})", folder, train_module, train_script,
                      training_args(folder, plan.num_train_epochs, mode, static_dir, seed, train=trains), inputs,
-                     ["eval_results.json"])
+                     ["eval_results.json"] + (["lm_eval_results.json"] if lm_eval else []))
 
     stages = [
         Stage("avgs", f"averaging attention over the {plan.task.name} training set (T={plan.max_seq_length})",
@@ -246,6 +250,23 @@ def make_stages(plan, args, passthrough):
                                   f"probing with k={k} constant heads of {plan.total_heads}", k, avgs_dir, sort_dir,
                                   [avgs_pt] + ([sorted_json] if k > 0 else []), seed=seed, tag=tag))
     return stages + controls.control_stages(plan, probing)
+
+
+def lm_eval_flags(plan, data_dir=None):
+    """The probing runs' --lm_eval_tasks flags (an lm task only: the decoder's own LM head is what lm-eval scores);
+    their data is read under --lm_eval_data_dir, which papa.sweep.grid sets to --data_dir as given (the runs' own
+    --data_dir is the task's folder)."""
+    if not plan.lm_eval_tasks:
+        return []
+    if plan.task.kind != "lm":
+        raise PapaError(f"--lm_eval_tasks scores a decoder's own LM head: it needs an lm task (lm, lm_qnli, lm_mrpc), "
+                        f"not {plan.task.name}")
+    from ..evaluation import require_lm_eval
+
+    require_lm_eval()
+    limit = [] if plan.lm_eval_limit is None else ["--lm_eval_limit", str(plan.lm_eval_limit)]
+    where = [] if data_dir is None else ["--lm_eval_data_dir", os.path.abspath(data_dir)]
+    return ["--lm_eval_tasks", *plan.lm_eval_tasks, *limit, *where]
 
 
 def check_training_flags(stage):
