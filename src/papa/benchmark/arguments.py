@@ -14,7 +14,7 @@ from .workloads import FAMILY_CONFIGS, INFERENCE_VARIANTS, PADDED_ROWS, TRAINING
 @dataclass
 class BenchmarkArguments:
     model_name_or_path: str | None = field(default=None, metadata={
-        "help": "checkpoint of any supported family (folder, hub name, .gguf file, or `smollm2`); default: the bundled all-MiniLM-L6-v2"})
+        "help": "checkpoint of any supported family (folder, hub name, .gguf file, or `smollm2`, `gemma3`); default: the bundled all-MiniLM-L6-v2"})
     model_type: str | None = field(default=None, metadata={
         "choices": list(FAMILY_CONFIGS),
         "help": "instead of a checkpoint, a random model of this family at its base size "

@@ -40,8 +40,8 @@ class ModelArguments:
     model_name_or_path: str | None = field(default=None, metadata={
         "help": "HF model name or folder, of any supported family: the encoders BERT, RoBERTa, XLM-R, CamemBERT, "
                 "ELECTRA, DeBERTa v1/v2/v3, ModernBERT and the decoders GPT-2, Llama, Mistral, Qwen2, Qwen3, Gemma2, "
-                "Gemma3 (text), Granite, SmolLM3; or a .gguf file (converted once, papa.models.gguf), or `smollm2` (the bundled "
-                "SmolLM2-135M-Instruct). Default: the bundled all-MiniLM-L6-v2."})
+                "Gemma3 (text), Granite, SmolLM3; or a .gguf file (converted once, papa.models.gguf), or `smollm2`, `gemma3` (the "
+                "bundled SmolLM2-135M-Instruct, Gemma-3-270M). Default: the bundled all-MiniLM-L6-v2."})
     config_name: str | None = field(default=None, metadata={"help": "Config name or folder, if not the model's."})
     tokenizer_name: str | None = field(default=None, metadata={"help": "Tokenizer name or folder, if not the model's."})
     cache_dir: str | None = field(default=None, metadata={"help": "Where to cache models and datasets from the hub."})
@@ -241,7 +241,8 @@ class AveragingArguments:
     """run_papa_*_avgs_creator.py: the flags of the original's run_glue_no_trainer-style script."""
 
     model_name_or_path: str | None = field(
-        default=None, metadata={"help": "HF model name or folder, a .gguf file, or `smollm2` (the bundled decoder). "
+        default=None, metadata={"help": "HF model name or folder, a .gguf file, or `smollm2`, `gemma3` (the bundled "
+                                        "decoders). "
                                         "Default: the bundled all-MiniLM-L6-v2."})
     config_name: str | None = field(default=None, metadata={"help": "Config name or folder, if not the model's."})
     tokenizer_name: str | None = field(default=None, metadata={"help": "Tokenizer name or folder, if not the model's."})

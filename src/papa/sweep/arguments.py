@@ -17,7 +17,8 @@ class SweepArguments:
     # one value, or several: a grid of every model x task (task_names / model_names list them either way)
     model_name_or_path: str | None = field(default=None, metadata={
         "nargs": "+", "help": "Model(s) of any supported family, encoder or decoder (hub name, folder, .gguf "
-                              "file, or `smollm2`: the bundled SmolLM2-135M-Instruct); several run a grid. Default: the bundled all-MiniLM-L6-v2 (6 x 12 heads)."})
+                              "file, or `smollm2`, `gemma3`: the bundled SmolLM2-135M-Instruct, "
+                              "Gemma-3-270M); several run a grid. Default: the bundled all-MiniLM-L6-v2 (6 x 12 heads)."})
     task_name: str | None = field(default=None, metadata={
         "nargs": "+", "help": "GLUE task (cola sst2 mrpc qqp stsb mnli qnli rte wnli), token task (ner pos chunk), "
                               "lm (language modelling of --train_file/--validation_file plain text by a decoder; "
