@@ -24,6 +24,8 @@ import sys
 import tempfile
 import time
 
+from papa.io import save_text
+
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SPIN = "import time\nwhile True: pass"
 STEP = """
@@ -138,9 +140,7 @@ def main():
         lines.append(f"| {'quiet' if load == 0 else f'{load} busy'} | {threads} | {statistics.median(values) * 1000:.0f}"
                      f" | {min(values) * 1000:.0f}–{max(values) * 1000:.0f} | "
                      f"{statistics.median(values) / quiet_step:.2f}x |")
-    with open(args.out + ".tmp", "w", encoding="utf-8") as report:
-        report.write("\n".join(lines) + "\n")
-    os.replace(args.out + ".tmp", args.out)
+    save_text("\n".join(lines) + "\n", args.out)  # atomic
     print("\n".join(lines))
 
 

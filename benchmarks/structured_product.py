@@ -20,6 +20,7 @@ import torch
 from papa.families.block_triangle import BLOCK, BlockTriangle, pack_blocks
 from papa.families.constant_math import constant_attention_output
 from papa.families.structured import dense, structured_output
+from papa.io import save_text
 
 LAYERS, HEADS, KV, HEAD_DIM = 30, 9, 3, 64
 
@@ -86,9 +87,7 @@ def main():
     for T, a, b, c, r, lo, hi, full_bytes, toeplitz_bytes, fft_err, matrix_err in rows:
         lines.append(f"| {T} | {a:.2f} | {b:.2f} | {c:.2f} | {r:.2f}x ({lo:.2f}–{hi:.2f}) | {full_bytes / 1e6:,.1f} MB | "
                      f"{toeplitz_bytes / 1e6:.2f} MB | {fft_err:.1e} / {matrix_err:.1e} |")
-    with open(args.out + ".tmp", "w", encoding="utf-8") as report:
-        report.write("\n".join(lines) + "\n")
-    os.replace(args.out + ".tmp", args.out)
+    save_text("\n".join(lines) + "\n", args.out)  # atomic
     print("\n".join(lines))
 
 
