@@ -74,25 +74,28 @@ def load_constant_matrices(source, num_layers=None, num_heads=None, num_kv_heads
     return _check_head_tensor(tensor, what, num_layers, num_heads, num_kv_heads)
 
 
+def _load_per_position(source, name, what, producer, num_layers, num_heads, head_dim, num_kv_heads):
+    """A [L, H, T, d] float tensor per head and position (mean outputs, output corrections) from a tensor, the
+    file `name` or its folder."""
+    tensor, described = _load_tensor(source, name, what, producer)
+    if tensor.dim() != 4 or (head_dim is not None and tensor.shape[-1] != head_dim):
+        raise PapaError(f"{what} must have shape [layers, heads, T, {head_dim or 'd'}]; got {list(tensor.shape)}")
+    return _check_head_tensor(tensor, described, num_layers, num_heads, num_kv_heads)
+
+
 def load_mean_outputs(source, num_layers=None, num_heads=None, head_dim=None, num_kv_heads=None):
     """A [L, H, T, d] float tensor of mean head outputs from a tensor, `mean_outputs.pt` or its folder."""
-    tensor, what = _load_tensor(source, "mean_outputs.pt", "mean head outputs",
-                                "run the averaging script with --mean_outputs first")
-    if tensor.dim() != 4 or (head_dim is not None and tensor.shape[-1] != head_dim):
-        raise PapaError(f"mean head outputs must have shape [layers, heads, T, {head_dim or 'd'}]; "
-                        f"got {list(tensor.shape)}")
-    return _check_head_tensor(tensor, what, num_layers, num_heads, num_kv_heads)
+    return _load_per_position(source, "mean_outputs.pt", "mean head outputs",
+                              "run the averaging script with --mean_outputs first", num_layers, num_heads, head_dim,
+                              num_kv_heads)
 
 
 def load_output_corrections(source, num_layers=None, num_heads=None, head_dim=None, num_kv_heads=None):
     """A [L, H, T, d] float tensor of output corrections E[A V] − Ā·E[V] (the mean_corrected replacement) from a
     tensor, `output_corrections.pt` or its folder."""
-    tensor, what = _load_tensor(source, "output_corrections.pt", "output corrections",
-                                "run the averaging script with --mean_corrections first")
-    if tensor.dim() != 4 or (head_dim is not None and tensor.shape[-1] != head_dim):
-        raise PapaError(f"output corrections must have shape [layers, heads, T, {head_dim or 'd'}]; "
-                        f"got {list(tensor.shape)}")
-    return _check_head_tensor(tensor, what, num_layers, num_heads, num_kv_heads)
+    return _load_per_position(source, "output_corrections.pt", "output corrections",
+                              "run the averaging script with --mean_corrections first", num_layers, num_heads,
+                              head_dim, num_kv_heads)
 
 
 def static_heads_by_layer(static_heads, num_layers, num_heads):
