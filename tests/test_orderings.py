@@ -28,6 +28,15 @@ def test_rankers_and_random_orders_lay_out_their_stages(tmp_path):
     assert flag(stages["random3_k_36"], "--sorting_heads_dir").endswith("random_order_3")
     assert "--ranker" not in stages["k_36"].args
     assert stages["sort_loo"].outputs == ["sorted_heads.json", "head_scores.csv", "eval_results.json"]
+    assert "--ranker_sample" not in stages["sort_loo"].args  # the first N, as before
+
+
+def test_seeded_ranking_samples_reach_the_rankers_per_seed(tmp_path):
+    plan, stages = plan_and_stages(tmp_path, "--ranker", "lambda", "taylor", "--ranker_max_samples", "16",
+                                   "--ranker_sample", "seeded", "--seeds", "1", "2", "--rank_per_seed")
+    assert flag(stages["sort_taylor_seed_2"], "--ranker_sample") == "seeded"
+    assert flag(stages["sort_taylor_seed_2"], "--seed") == "2"
+    assert "--ranker_sample" not in stages["sort_seed_1"].args  # λ trains on all the training data
 
 
 def test_lambda_stays_the_default_and_its_stages_unchanged(tmp_path):
@@ -48,6 +57,7 @@ def test_random_orders_are_seeded_and_distinct():
     (["--random_orders", "0"], "--random_orders must be 1 or more"),
     (["--ranker", "taylor", "--ranker_loss", "distill"], "no signal for taylor"),
     (["--ranker", "nope"], "invalid choice"),
+    (["--ranker", "taylor", "--ranker_sample", "seeded"], "add --ranker_max_samples"),
 ])
 def test_bad_ordering_flags(argv, message):
     with pytest.raises(PapaError, match=message):

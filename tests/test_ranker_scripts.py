@@ -108,7 +108,65 @@ def test_lm_rankers_rank_on_the_lm_loss(tmp_path):
     (["--ranker", "taylor"], "add --sort_calculating True"),
     (["--sort_calculating", "True", "--ranker", "taylor", "--ranker_loss", "distill"], "no signal"),
     (["--sort_calculating", "True", "--lambda_learning_rate", "0"], "must be positive"),
+    (["--sort_calculating", "True", "--ranker", "taylor", "--ranker_sample", "seeded"], "add --ranker_max_samples"),
 ])
 def test_ranker_flag_errors(tmp_path, capsys, flags, message):
     line = command_error("glue", ["--output_dir", tmp_path / "o", "--task_name", "cola", *flags], capsys)
     assert message in line
+
+
+def test_ranking_subset_first_or_seeded():
+    """--ranker_sample: the first N examples, or N drawn without replacement with the seed, in the data's order."""
+    import datasets
+
+    from papa.runs.ranking import ranking_subset
+
+    data = datasets.Dataset.from_dict({"i": list(range(20))})
+    assert ranking_subset(data, 5)["i"] == [0, 1, 2, 3, 4]
+    assert ranking_subset(data, None, "seeded", 1)["i"] == list(range(20))
+    drawn = {seed: ranking_subset(data, 5, "seeded", seed)["i"] for seed in (1, 2)}
+    for seed, rows in drawn.items():
+        assert rows == sorted(np.random.default_rng(seed).choice(20, size=5, replace=False).tolist())
+        assert ranking_subset(data, 5, "seeded", seed)["i"] == rows  # the same seed, the same examples
+    assert drawn[1] != drawn[2]
+
+
+def test_seeded_ranking_ranks_on_the_drawn_blocks(tmp_path):
+    """The script's taylor with --ranker_sample seeded equals taylor computed here, on the saved model, over the
+    blocks the seed draws; two seeds rank on different blocks."""
+    from transformers import AutoTokenizer
+
+    from papa.cli.glue import main as glue
+    from papa.cli.glue_avgs import main as glue_avgs
+    from papa.data.lm import lm_blocks, load_lm_texts
+    from papa.data.tasks import get_task
+    from transformers import AutoModelForCausalLM
+
+    from papa.method.attention import patch_model
+    from papa.method.rankers import Objective, make_units, taylor_scores
+
+    model = save_tiny_lm("llama", tmp_path / "lm")
+    train, valid = write_text(tmp_path / "train.txt", 24), write_text(tmp_path / "valid.txt", 6, seed=1)
+    glue_avgs(["--model_name_or_path", model, "--task_name", "lm", "--train_file", train, "--max_length", "16",
+               "--output_dir", str(tmp_path / "avgs")])
+    scores = {}
+    for seed in (3, 4):
+        out = tmp_path / f"seed_{seed}"
+        flags = [*map(str, RANKING[:-1]), str(seed)]
+        glue(["--model_name_or_path", model, "--task_name", "lm", "--train_file", train, "--validation_file", valid,
+              "--max_seq_length", "16", "--static_heads_dir", str(tmp_path / "avgs"), "--output_dir", str(out),
+              "--ranker", "taylor", "--ranker_max_samples", "5", "--ranker_sample", "seeded", *flags])
+        scores[seed] = {(int(r["layer"]), int(r["head"])): float(r["score"]) for r in _scores(out)}
+        blocks = lm_blocks(load_lm_texts(get_task("lm"), ["train"], train_file=train),
+                           AutoTokenizer.from_pretrained(model), 16)["train"]
+        assert len(blocks) > 5
+        rows = sorted(np.random.default_rng(seed).choice(len(blocks), size=5, replace=False).tolist())
+        ids = torch.tensor(blocks.select(rows)["input_ids"])
+        batches = [{"input_ids": ids[i:i + 4], "attention_mask": torch.ones_like(ids[i:i + 4]),
+                    "labels": ids[i:i + 4]} for i in range(0, 5, 4)]
+        mixed = patch_model(AutoModelForCausalLM.from_pretrained(model), str(tmp_path / "avgs"), mix_all_heads=True)
+        units = make_units(mixed.config.num_hidden_layers, mixed.config.num_attention_heads)
+        expected, _ = taylor_scores(Objective(mixed.double().eval(), batches, "lm"), units)
+        for u, ((layer, head),) in enumerate(units):
+            assert scores[seed][(layer, head)] == pytest.approx(float(expected[u]), rel=1e-4, abs=1e-7)
+    assert scores[3] != scores[4]

@@ -111,6 +111,10 @@ class ModelArguments:
     ranker_max_samples: int | None = field(default=None, metadata={
         "help": "The ranking run ranks on the first N training examples only (the probe of a probe task still trains "
                 "on all of them)."})
+    ranker_sample: str = field(default="first", metadata={
+        "choices": ("first", "seeded"), "help": "Which N training examples --ranker_max_samples ranks on: the first N "
+        "(default), or N drawn at random with --seed, kept in the data's order (the sweep's --seeds with "
+        "--rank_per_seed then ranks each seed on other examples: how much a ranking depends on its data)."})
     head_replacements: bool = field(default=False, metadata={
         "help": "With --sort_calculating: also write head_replacements.csv and .png, per head the held-out loss change "
                 "(the first evaluation split, --max_eval_samples) when it alone is replaced by each replacement: "
@@ -140,6 +144,9 @@ class ModelArguments:
                             "it or use loo, iterative or gates")
         check_positive(self.lambda_learning_rate, "--lambda_learning_rate")
         check_positive(self.ranker_max_samples, "--ranker_max_samples")
+        if self.ranker_sample == "seeded" and self.ranker_max_samples is None:
+            raise PapaError("--ranker_sample seeded draws the --ranker_max_samples examples to rank on: add "
+                            "--ranker_max_samples N, or drop --ranker_sample")
         check_positive(self.ranker_steps, "--ranker_steps")
         if self.gates_l1 < 0:
             raise PapaError(f"--gates_l1 must be 0 or more; got {self.gates_l1}")

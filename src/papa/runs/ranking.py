@@ -133,11 +133,21 @@ class LambdaSpread(TrainerCallback):
 # ----------------------------------------------------------------------------- the other rankers
 
 
-def ranking_batches(trainer, max_samples=None):
-    """The ranking data: the training split (its first `max_samples`) in order, as the evaluation loop batches it,
-    on the model's device."""
-    data = trainer.train_dataset
-    data = data if max_samples is None else data.select(range(min(max_samples, len(data))))
+def ranking_subset(data, max_samples=None, sample="first", seed=0):
+    """The examples a ranker ranks on: all of `data`, its first `max_samples`, or (sample="seeded") `max_samples`
+    drawn without replacement by a generator seeded with `seed`, kept in the data's order."""
+    if max_samples is None or max_samples >= len(data):
+        return data
+    if sample == "first":
+        return data.select(range(max_samples))
+    drawn = np.random.default_rng(seed).choice(len(data), size=max_samples, replace=False)
+    return data.select(sorted(drawn.tolist()))
+
+
+def ranking_batches(trainer, max_samples=None, sample="first"):
+    """The ranking data (`ranking_subset` of the training split, drawn with the run's --seed), as the evaluation
+    loop batches it, on the model's device."""
+    data = ranking_subset(trainer.train_dataset, max_samples, sample, trainer.args.seed)
     loader = trainer.get_eval_dataloader(data)
     return [trainer._prepare_inputs(batch) for batch in loader]
 
@@ -151,7 +161,7 @@ def rank_heads(trainer, task, model_args, training_args, train_probe):
     if task.kind != "lm":
         train_probe()
     model.eval()
-    batches = ranking_batches(trainer, model_args.ranker_max_samples)
+    batches = ranking_batches(trainer, model_args.ranker_max_samples, model_args.ranker_sample)
     units = ranking_units(model.config, model_args)
     objective = Objective(model, batches, task.kind, model_args.ranker_loss)
     options = {"reuse_prefix": model_args.loo_prefix_cache}

@@ -39,7 +39,7 @@ from .outputs import (check_checkpoint_matches, checkpoint_to_resume, save_resul
                       write_token_predictions)
 from .predictions import predictions_file, write_eval_predictions
 from ..models.pretrained import check_model_paths, load_config_and_tokenizer
-from .ranking import (prepare_lambda_training, rank_heads, ranking_units, save_lambda_ranking,
+from .ranking import (prepare_lambda_training, rank_heads, ranking_subset, ranking_units, save_lambda_ranking,
                       write_head_replacements)
 from ..data.task_folders import resolve_data_dir
 from .replacements import REPLACEMENT_FILES, check_heads_setup, heads_to_replace
@@ -305,8 +305,8 @@ def run_probing(task, model_args, data_args, training_args):
         if ranker == "lambda":
             prepare_lambda_training(trainer, model_args)
             if model_args.ranker_max_samples is not None:  # λ trains on the ranking data alone
-                trainer.train_dataset = data["train"].select(range(min(model_args.ranker_max_samples,
-                                                                       len(data["train"]))))
+                trainer.train_dataset = ranking_subset(data["train"], model_args.ranker_max_samples,
+                                                       model_args.ranker_sample, training_args.seed)
         units = ranking_units(config, model_args) if ranker else None
         train_and_save(trainer, tokenizer, units, training_args, checkpoint)
     if model_args.head_replacements:  # after the ranking, at the stock model (every gate 0)

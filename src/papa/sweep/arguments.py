@@ -52,6 +52,10 @@ class SweepArguments:
     ranker_max_samples: int | None = field(default=None, metadata={
         "help": "The ranking runs other than lambda rank on the first N training examples only (loo and iterative "
                 "cost a forward per head; a probe still trains on all of --max_train_samples; λ trains on them all)."})
+    ranker_sample: str = field(default="first", metadata={
+        "choices": ("first", "seeded"), "help": "Which --ranker_max_samples examples the rankers other than lambda "
+        "rank on: the first N, or N drawn with the ranking run's seed (with --seeds and --rank_per_seed each seed "
+        "ranks on other examples, and results.md gives each ranker's agreement between its seeds' rankings)."})
     ranker_steps: int | None = field(default=None, metadata={
         "help": "Training steps of the gates ranker (default: --sort_num_train_epochs over its ranking data)."})
     ranker_loss: str = field(default="task", metadata={
@@ -178,6 +182,9 @@ class SweepArguments:
         if isinstance(self.random_orders, bool) or self.random_orders < 1:
             raise PapaError(f"--random_orders must be 1 or more; got {self.random_orders}")
         check_positive(self.ranker_max_samples, "--ranker_max_samples")
+        if self.ranker_sample == "seeded" and self.ranker_max_samples is None:
+            raise PapaError("--ranker_sample seeded draws the --ranker_max_samples examples to rank on: add "
+                            "--ranker_max_samples N, or drop --ranker_sample")
         check_positive(self.ranker_steps, "--ranker_steps")
         check_positive(self.lambda_learning_rate, "--lambda_learning_rate")
         bad = [r for r in self.ranker if r in ("taylor", "iterative_taylor")]

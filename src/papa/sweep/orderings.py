@@ -50,6 +50,8 @@ def ranker_flags(args):
         own = [] if ranker == "lambda" else ["--ranker", ranker, "--ranker_loss", args.ranker_loss]
         if args.ranker_max_samples is not None and ranker != "lambda":  # λ trains on the training data, as before
             own += ["--ranker_max_samples", str(args.ranker_max_samples)]
+            if args.ranker_sample != "first":
+                own += ["--ranker_sample", args.ranker_sample]
         if args.ranker_steps is not None and ranker == "gates":
             own += ["--ranker_steps", str(args.ranker_steps)]
         if args.rank_kv_groups:
