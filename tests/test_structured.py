@@ -231,6 +231,43 @@ def test_structured_mix_mode_equals_full_mix_mode():
         assert_close(a(ids, attention_mask=mask).logits, b(ids, attention_mask=mask).logits, rtol=1e-4, atol=1e-5)
 
 
+def test_rankers_with_structured_constants_match_single_head_models():
+    """loo, with and without the prefix cache, against single-head patched models' losses computed from scratch, at
+    a length other than the profiles'; taylor's signed score against a central difference of one head's gate."""
+    import copy
+
+    from papa.method.example_losses import task_losses
+    from papa.method.gates import gated
+    from papa.method.rankers import Objective, loo_scores, make_units, taylor_scores
+
+    sink, profile = random_structured(S=2, D=T + 3)
+    stock = tiny_decoder("gpt2").double()  # float64 throughout (Llama's RMS norms drop to float32)
+    mixed = patch_model(copy.deepcopy(stock), structured=(sink, profile), mix_all_heads=True)
+    ids, mask = right_padded_batch(lengths=(T - 1, 5, 3))
+    batches = [{"input_ids": ids, "attention_mask": mask, "labels": ids.masked_fill(mask == 0, -100)}]
+
+    def mean_loss(model):
+        with torch.no_grad():
+            return float(task_losses("lm", model(ids, attention_mask=mask).logits, batches[0]["labels"]).mean())
+
+    units = make_units(L, H)
+    base = mean_loss(stock)
+    for reuse in (True, False):
+        deltas = loo_scores(Objective(mixed, batches, "lm"), units, reuse_prefix=reuse)
+        for u in (0, 5, len(units) - 1):
+            single = patch_model(copy.deepcopy(stock), static_heads=[list(units[u][0])], structured=(sink, profile))
+            assert float(deltas[u]) == pytest.approx(mean_loss(single) - base, rel=1e-8, abs=1e-10)
+    _, signed = taylor_scores(Objective(mixed, batches, "lm"), units)
+    (layer, head), eps = units[6][0], 1e-5
+    losses = []
+    for g in (eps, -eps):
+        gate = torch.zeros(H, dtype=torch.float64)
+        gate[head] = g
+        with gated(mixed, {layer: gate}):
+            losses.append(mean_loss(mixed))
+    assert float(signed[6]) == pytest.approx((losses[0] - losses[1]) / (2 * eps), rel=1e-5, abs=1e-9)
+
+
 def test_structured_model_saves_and_loads(tmp_path):
     sink, profile = random_structured()
     model = patch_model(tiny_decoder("llama"), static_heads=STATIC, structured=(sink, profile))

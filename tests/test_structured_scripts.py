@@ -103,6 +103,11 @@ def test_sink_window_constants_and_clear_errors(lm_files, tmp_path, capsys):
     with pytest.raises(SystemExit):
         averaging(model, train, tmp_path / "bad2", "--constants", "toeplitz", "--window", "3")
     assert "--window is the sink_window constants' window" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        glue(["--model_name_or_path", model, "--task_name", "lm", "--train_file", train, "--do_train",
+              "--sort_calculating", "True", "--head_replacements", "true", "--static_heads_dir", str(tmp_path / "sw"),
+              "--constants", "sink_window", "--output_dir", str(tmp_path / "bad3"), "--report_to", "none"])
+    assert "does not go with --head_replacements, which needs full constant matrices" in capsys.readouterr().err
 
 
 def test_an_encoder_gets_one_clear_message(tmp_path):
@@ -119,10 +124,11 @@ def test_sweep_with_toeplitz_constants(lm_files, tmp_path):
     run_command(script("run_papa_sweep.py") + [
         "--task_name", "lm", "--model_name_or_path", model, "--train_file", train, "--validation_file", valid,
         "--max_seq_length", str(T), "--static_heads_nums", "0", "6", "12", "--controls", "random_order",
-        "--bootstrap_samples", "50", "--output_dir", out, "--constants", "toeplitz"])
+        "--bootstrap_samples", "50", "--output_dir", out, "--constants", "toeplitz", "--ranker", "lambda", "taylor"])
     assert (out / "avgs" / STRUCTURED_NAME).exists() and not (out / "avgs" / "avgs.pt").exists()
     rows = list(csv.DictReader(open(out / "results.csv")))
     assert [r["k"] for r in rows] == ["0", "6", "12"] and rows[1]["random_order_eval_perplexity"]
+    assert rows[1]["ranker_taylor_eval_perplexity"] and (out / "sort_taylor" / "head_scores.csv").exists()
     proc = run_command(script("run_papa_sweep.py") + [
         "--task_name", "lm", "--model_name_or_path", model, "--train_file", train, "--output_dir", tmp_path / "bad",
         "--controls", "uniform", "--constants", "toeplitz"], check=False)

@@ -68,6 +68,12 @@ class Objective:
         self.num_examples = sum(len(b["input_ids"]) for b in batches)
         self._stock = {}
 
+    @property
+    def reference(self):
+        """A tensor of the constants (full matrices, or a structured head's profile): the device and dtype of the
+        gates."""
+        return self.layers[0]._replacements()[0]
+
     def labels(self, batch):
         return batch.get("labels", batch["input_ids"]) if self.kind == "lm" else batch["labels"]
 
@@ -102,7 +108,7 @@ class Objective:
             for layer, head in unit:
                 gate = out.setdefault(layer, torch.zeros(self.num_heads))
                 gate[head] = 1
-        ref = self.layers[0].constant_matrices
+        ref = self.reference
         return {layer: (g if rows is None else g.expand(rows, -1)).to(ref.device, ref.dtype) for layer, g in out.items()}
 
 
@@ -129,7 +135,7 @@ def taylor_scores(objective, units, chosen=()):
         for index, batch in enumerate(objective.batches):
             B = len(batch["input_ids"])
             base = objective.gates(chosen, rows=B)
-            ref = objective.layers[0].constant_matrices
+            ref = objective.reference
             shifts = {l: torch.zeros(B, objective.num_heads, device=ref.device, dtype=ref.dtype, requires_grad=True)
                       for l in sorted({layer for unit in units for layer, _ in unit})}
             gates = dict(base)
@@ -176,7 +182,7 @@ def loo_scores(objective, units, chosen=(), reuse_prefix=True, max_rows=64, log=
                 gates = objective.gates(chosen, rows=copies * B)
                 row = gates.get(layer)
                 row = row.clone() if row is not None else torch.zeros(
-                    copies * B, objective.num_heads, dtype=base.dtype).to(objective.layers[0].constant_matrices)
+                    copies * B, objective.num_heads, dtype=base.dtype).to(objective.reference)
                 for c, u in enumerate(group):
                     for _, head in units[u]:
                         row[c * B:(c + 1) * B, head] = 1
@@ -224,7 +230,7 @@ def train_gates(objective, units, steps, learning_rate=0.02, l1=0.05, log=None):
     """DuoAttention's gate training: α per unit from 1, loss = mean ranking loss + l1 · mean(α), AdamW (no weight
     decay), `steps` steps cycling through the batches; the forward reads α clamped to [0, 1]. Returns α (units,)."""
     model = objective.model
-    ref = objective.layers[0].constant_matrices
+    ref = objective.reference
     alpha = torch.ones(len(units), dtype=torch.float32, device=ref.device, requires_grad=True)
     optimizer = torch.optim.AdamW([alpha], lr=learning_rate, weight_decay=0.0)
     owner = {}  # layer -> (H,) index of each head's unit in α

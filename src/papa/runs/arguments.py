@@ -151,8 +151,8 @@ class ModelArguments:
         if self.gates_l1 < 0:
             raise PapaError(f"--gates_l1 must be 0 or more; got {self.gates_l1}")
         clash = {"--replace_heads_with " + self.replace_heads_with: self.replace_heads_with != "constant",
-                 "--ranker " + self.ranker: self.sort_calculating and self.ranker != "lambda",
-                 "--grad_for_classifier_and_static_only": self.grad_for_classifier_and_static_only}
+                 "--grad_for_classifier_and_static_only": self.grad_for_classifier_and_static_only,
+                 "--head_replacements": self.head_replacements}
         if self.constants != "full" and any(clash.values()):
             raise PapaError(f"--constants {self.constants} (structured constants) does not go with "
                             f"{next(f for f, on in clash.items() if on)}, which needs full constant matrices")
