@@ -133,6 +133,16 @@ def test_loo_matches_single_head_patched_models(name, reuse):
         assert float(deltas[u]) == pytest.approx(expected, rel=1e-8, abs=1e-10 if name != "llama" else 1e-8)
 
 
+def test_loo_bounds_the_outputs_of_one_forward():
+    """A loo forward carries at most 64 sequences and at most 1 GiB of float32 logits, and always one copy."""
+    from papa.method.rankers import copies_per_forward
+
+    assert copies_per_forward(16, 128, 3) == 4  # a probe's few outputs: 64 rows
+    assert copies_per_forward(8, 128, 49_152) == 5  # SmolLM2: 42 rows of 25 MB
+    assert copies_per_forward(16, 128, 262_144) == 1  # Gemma-3: 8 rows fit, the batch of 16 still runs
+    assert copies_per_forward(2, 128, 262_144) == 4
+
+
 def test_loo_of_kv_groups_makes_the_whole_group_constant():
     stock, mixed, kind, batches = _setup("llama")
     units = make_units(L, H, kv_groups=2)

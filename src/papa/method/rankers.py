@@ -151,6 +151,22 @@ def taylor_scores(objective, units, chosen=()):
     return absolute / objective.num_examples, signed / objective.num_examples
 
 
+OUTPUT_BYTES = 1 << 30  # the float32 outputs (logits) one loo forward may make: a 262k-token LM head's are large
+
+
+def output_width(objective):
+    """The width of a ranking model's outputs per position: the vocabulary for lm (the LM head's logits)."""
+    return (getattr(objective.model.config, "vocab_size", None) or 1) if objective.kind == "lm" else 1
+
+
+def copies_per_forward(batch_size, seq_len, width, max_rows=64):
+    """How many copies of a batch one loo forward carries: at most `max_rows` sequences, and at most OUTPUT_BYTES
+    of float32 outputs (seq_len × width per sequence; Gemma-3's logits alone are 134 MB per sequence of 128), but
+    always one."""
+    rows = min(max_rows, OUTPUT_BYTES // (4 * seq_len * width))
+    return max(1, rows // batch_size)
+
+
 @torch.no_grad()
 def loo_scores(objective, units, chosen=(), reuse_prefix=True, max_rows=64, log=None):
     """The mean loss change per unit when it is made constant beside the `chosen` units (exact, no
@@ -174,7 +190,7 @@ def loo_scores(objective, units, chosen=(), reuse_prefix=True, max_rows=64, log=
                 with cache.record(B):
                     base = objective.losses(index, objective.logits(batch))
         base = base.double()
-        per_forward = max(1, max_rows // B)
+        per_forward = copies_per_forward(B, batch["input_ids"].shape[1], output_width(objective), max_rows)
         for layer, members in sorted(by_layer.items()):
             for start in range(0, len(members), per_forward):
                 group = members[start:start + per_forward]
