@@ -17,6 +17,7 @@ import torch
 from conftest import run_command, script
 from lm_fixtures import save_tiny_lm, write_text
 from test_ablations import STATIC, D
+from test_errors import cola_dir, expect_error, probing_args, write_avgs  # noqa: F401  (fixtures)
 from test_mean_corrected import batch, corrected_stock, tiny
 from test_replacements import hand_losses, setup, single_head
 from tiny_encoders import H, L, T
@@ -225,3 +226,18 @@ def test_bad_best_of_input_is_one_clear_error(tmp_path):
     with pytest.raises(PapaError, match="chooses among constant, mean_output, mean_corrected; no loss changes for "
                                         "mean_corrected"):
         best_of_choice({"constant": torch.zeros(1, 1), "mean_output": torch.zeros(1, 1)})
+
+
+def test_the_scripts_stop_on_bad_best_of_input_before_any_work(expect_error, tmp_path, cola_dir):
+    """One `error:` line, status 2, no traceback, no output folder (tests/test_errors.py's check)."""
+    avgs = write_avgs(tmp_path / "avgs", torch.rand(6, 12, 16, 16))
+    papa.save_ranking(np.zeros((6, 12)), tmp_path / "sort")
+    probe = ["--static_heads_dir", avgs, "--sorting_heads_dir", tmp_path / "sort", "--static_heads_num", 3,
+             "--replace_heads_with", "best_of"]
+    expect_error("run_papa_glue.py", probing_args(cola_dir, *probe), r"no best_of.csv in .*--best_of true")
+    expect_error("run_papa_glue.py", probing_args(cola_dir, "--best_of", "true"),
+                 r"--best_of makes its choice in the ranking run: add --sort_calculating True")
+    ranking = ["--task_name", "cola", "--data_dir", cola_dir, "--do_train", "--max_seq_length", "16",
+               "--static_heads_dir", avgs, "--sort_calculating", "True", "--ranker", "taylor", "--best_of", "true"]
+    expect_error("run_papa_glue.py", ranking,
+                 r"best_of needs mean_outputs.pt and output_corrections.pt in .*--mean_corrections")

@@ -77,16 +77,21 @@ def read_best_of(folder, num_layers, num_heads):
     return choice
 
 
+def check_best_of_inputs(avgs_dir):
+    """A clear error, before any work, when the averaging folder lacks what the candidates read."""
+    missing = [f for f in ("mean_outputs.pt", "output_corrections.pt") if not os.path.isfile(os.path.join(avgs_dir, f))]
+    if os.path.isdir(avgs_dir) and missing:
+        raise PapaError(f"best_of needs {' and '.join(missing)} in {avgs_dir}: run the averaging script with "
+                        "--mean_corrections (it writes both beside avgs.pt)")
+
+
 def best_of_pair(avgs_dir, ranking_dir, num_layers, num_heads, head_dim=None):
     """The best_of pair (C, c) of a model with `num_layers` x `num_heads` heads: the choice in `ranking_dir`'s
     best_of.csv, the candidates' pairs from the averaging folder (avgs.pt, mean_outputs.pt, output_corrections.pt)."""
     from .replacements import replacement_pairs
 
     choice = read_best_of(ranking_dir, num_layers, num_heads)
-    missing = [f for f in ("mean_outputs.pt", "output_corrections.pt") if not os.path.isfile(os.path.join(avgs_dir, f))]
-    if os.path.isdir(avgs_dir) and missing:
-        raise PapaError(f"best_of needs {' and '.join(missing)} in {avgs_dir}: run the averaging script with "
-                        "--mean_corrections (it writes both beside avgs.pt)")
+    check_best_of_inputs(avgs_dir)
     pairs = replacement_pairs(avgs_dir, CANDIDATES, num_layers, num_heads, head_dim)
     return compose_pairs(pairs, choice)
 

@@ -8,7 +8,7 @@ import torch
 
 from ..errors import PapaError
 from ..method.ablations import first_token_matrices, zero_outputs
-from ..method.best_of import best_of_pair
+from ..method.best_of import best_of_pair, check_best_of_inputs
 from ..method.attention import head_dim, load_constant_matrices, load_mean_outputs, load_output_corrections
 from ..method.ranking import check_static_heads_num, first_k_heads, load_sorted_heads
 from .structured_constants import run_constants
@@ -66,6 +66,11 @@ def heads_to_replace(model_args, config, seq_len):
     k = model_args.static_heads_num
     check_static_heads_num(k, num_layers, num_heads)  # before anything else: k < 0 must not pass as "no heads"
     mode = model_args.replace_heads_with
+    if model_args.best_of and not model_args.sort_calculating:
+        raise PapaError("--best_of makes its choice in the ranking run: add --sort_calculating True (a probing run "
+                        "reads the choice with --replace_heads_with best_of)")
+    if model_args.best_of and model_args.static_heads_dir:
+        check_best_of_inputs(model_args.static_heads_dir)
     static_only = model_args.grad_for_classifier_and_static_only and mode not in ("constant", "mean_output")
     if mode != "constant" and (model_args.sort_calculating or static_only):
         flag = "--sort_calculating" if model_args.sort_calculating else "--grad_for_classifier_and_static_only"
