@@ -73,6 +73,47 @@ def test_the_ablation_controls_compile_without_graph_breaks(name, mode):
     assert_close(got, want, atol=1e-5, rtol=1e-5)
 
 
+@pytest.mark.parametrize("mode", ["mean_corrected", "best_of"])
+@pytest.mark.parametrize("name", FAMILY_NAMES + DECODER_NAMES)
+def test_mean_corrected_and_best_of_compile_without_graph_breaks(name, mode):
+    """The output corrections' path (norm(C·P)·V + c, papa.families.constant_math.add_corrections), alone and as
+    best_of composes it (heads with zero C beside corrected and plain constant heads; tests/test_precision.py's
+    pair), in every family: fast and probabilities paths under fullgraph=True, equal to eager."""
+    from test_precision import CORRECTIONS, best_of_pair, constants_with_zero_rows
+
+    ids, mask = padded_batch(name)
+    constants, corrections = (best_of_pair() if mode == "best_of" else (constants_with_zero_rows(), CORRECTIONS))
+    model = papa.patch_model(tiny_family_model(name, "eager", head="base"), constants, static_heads=MIXED,
+                             output_corrections=corrections)
+    compiled = torch.compile(model, fullgraph=True, backend="aot_eager")
+    for probs in (False, True):
+        with torch.no_grad():
+            want = model(input_ids=ids, attention_mask=mask, output_attentions=probs).last_hidden_state
+            got = compiled(input_ids=ids, attention_mask=mask, output_attentions=probs).last_hidden_state
+        assert_close(got, want, atol=1e-5, rtol=1e-5)
+
+
+def test_a_mean_output_training_step_compiles_and_matches_eager():
+    """The optimal_output control's step (the mean outputs train, --grad_for_classifier_and_static_only): the
+    compiled step's gradients equal eager's."""
+    ids, mask = padded_batch("llama", lengths=(T - 4, 7, 3))
+    labels = torch.tensor([0, 1, 2])
+    means = torch.randn(L, H, T, 8, generator=torch.Generator().manual_seed(2))
+    model = papa.patch_model(tiny_family_model("llama", "eager"), mean_outputs=means, static_heads=MIXED)
+    from papa.models.modeling import set_trainable
+
+    set_trainable(model, "grad_for_classifier_and_static_only")
+    model = without_dropout(model.train())
+    eager = copy.deepcopy(model)
+    ranking_step(eager, ids, mask, labels)
+    ranking_step(torch.compile(model, fullgraph=True, backend="aot_eager"), ids, mask, labels)
+    want = {n: p.grad for n, p in eager.named_parameters() if p.grad is not None}
+    got = {n: p.grad for n, p in model.named_parameters() if p.grad is not None}
+    assert want.keys() == got.keys() and any(n.endswith("mean_outputs") for n in got)
+    for n in want:
+        assert_close(got[n], want[n], atol=1e-6, rtol=1e-4, msg=n)
+
+
 def without_dropout(model):
     for module in model.modules():
         if isinstance(module, torch.nn.Dropout):

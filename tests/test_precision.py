@@ -3,8 +3,9 @@
 The accuracy goal: in each precision the patched model's error against its own float32 output is no worse than
 RATIO x the error the stock model makes in that precision on the same inputs. The inputs are the hard case: constants
 with all-zero rows (every real `avgs.pt` has them), a padded batch, and layers that mix constant and dynamic heads.
-Checked here for every mode (replace, mix, mean output, and the zero-output and first-token controls) and path (fast, probabilities, dropout), forward; the
-gradients in tests/test_precision_backward.py.
+Checked here for every mode (replace, mix, mean output, the zero-output and first-token controls, mean_corrected and
+best_of) and path (fast, probabilities, dropout), forward; the gradients in tests/test_precision_backward.py (the
+optimal_output control trains the mean outputs: its forward is mean output's, its gradients are checked there).
 
 Stock DeBERTa v1 fails under CPU autocast (float16 and bfloat16) inside transformers (masked_fill with finfo.min
 overflows); the patched model does not, and is measured there against the stock model cast to that precision instead.
@@ -41,6 +42,20 @@ def constants_with_zero_rows(seed=1):
 
 
 MEANS = 0.1 * torch.randn(L, H, T, 8, generator=torch.Generator().manual_seed(3))  # the contexts' scale
+CORRECTIONS = 0.1 * torch.randn(L, H, T, 8, generator=torch.Generator().manual_seed(4))  # E[A V] - Ā·E[V]'s scale
+
+
+def best_of_pair():
+    """A best_of pair (papa.method.best_of) with every candidate: per head, by (layer + head) % 3, constant (C, 0),
+    mean_corrected (C, c) or mean output (0, E[A V]); C with zero rows."""
+    constants, corrections = constants_with_zero_rows(), CORRECTIONS.clone()
+    for layer in range(L):
+        for head in range(H):
+            if (layer + head) % 3 == 0:
+                corrections[layer, head] = 0
+            elif (layer + head) % 3 == 2:
+                constants[layer, head], corrections[layer, head] = 0, MEANS[layer, head]
+    return constants, corrections
 
 
 def precision_for_stock(name, precision):
@@ -61,6 +76,11 @@ def patched(base, mode):
         return papa.patch_model(model, mean_outputs=zero_outputs(L, H, T, 8), static_heads=MIXED)
     if mode == "first_token":  # the attention-sink control
         return papa.patch_model(model, first_token_matrices(L, H, T), static_heads=MIXED)
+    if mode == "mean_corrected":
+        return papa.patch_model(model, constants_with_zero_rows(), static_heads=MIXED, output_corrections=CORRECTIONS)
+    if mode == "best_of":
+        constants, corrections = best_of_pair()
+        return papa.patch_model(model, constants, static_heads=MIXED, output_corrections=corrections)
     return papa.patch_model(model, constants_with_zero_rows(), static_heads=MIXED)
 
 
@@ -102,7 +122,7 @@ def check_forward_error(name, impl, precision, device="cpu"):
     ids, mask = family_batch(name)
     base = family_model(name, impl, head="base")
     allowed = RATIO * stock_error(base, precision, ids, mask, name, device)
-    for mode in ("replace", "mix", "mean_output", "zero_output", "first_token"):
+    for mode in ("replace", "mix", "mean_output", "zero_output", "first_token", "mean_corrected", "best_of"):
         model = patched(base, mode)
         for probs in (False, True):  # fast path, probabilities path
             if probs and impl == "sdpa":

@@ -33,13 +33,14 @@ from .rankers import Objective, loo_scores, make_units
 REPLACEMENTS = ("constant", "mean_corrected", "mean_output", "zero_output", "first_token")
 
 
-def replacement_pairs(avgs_dir, names=REPLACEMENTS):
+def replacement_pairs(avgs_dir, names=REPLACEMENTS, num_layers=None, num_heads=None, head_dim=None):
     """{name: (C [L, H, T, T], c [L, H, T, d] or None)} from an averaging folder (avgs.pt; mean_outputs.pt for
-    mean_output and zero_output's shape; output_corrections.pt for mean_corrected)."""
+    mean_output; output_corrections.pt for mean_corrected); with num_layers, num_heads (and head_dim) the files'
+    shapes are checked against the model's."""
     unknown = [n for n in names if n not in REPLACEMENTS]
     if unknown:
         raise PapaError(f"unknown replacement {unknown[0]!r}; choose from {', '.join(REPLACEMENTS)}")
-    averages = load_constant_matrices(avgs_dir)
+    averages = load_constant_matrices(avgs_dir, num_layers, num_heads)
     if not isinstance(averages, torch.Tensor):  # a decoder's lower triangles (papa.method.layouts)
         averages = averages.full()
     L, H, T, _ = averages.shape
@@ -49,9 +50,9 @@ def replacement_pairs(avgs_dir, names=REPLACEMENTS):
         if name == "constant":
             pairs[name] = (averages, None)
         elif name == "mean_corrected":
-            pairs[name] = (averages, load_output_corrections(avgs_dir, L, H))
+            pairs[name] = (averages, load_output_corrections(avgs_dir, L, H, head_dim))
         elif name == "mean_output":
-            pairs[name] = (zeros, load_mean_outputs(avgs_dir, L, H))
+            pairs[name] = (zeros, load_mean_outputs(avgs_dir, L, H, head_dim))
         elif name == "zero_output":
             pairs[name] = (zeros, None)
         else:

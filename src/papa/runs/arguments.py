@@ -22,7 +22,7 @@ from .structured_constants import check_structured_flags
 
 # the sweep's control runs (papa.sweep.controls)
 SWEEP_CONTROLS = ("uniform", "random_order", "mean_output", "zero_output", "first_token", "trained_constant",
-                  "mean_corrected", "optimal_output")
+                  "mean_corrected", "optimal_output", "best_of")
 
 REVISION_HELP = "Model version on the hub: a branch name, tag name or commit id."
 TOKEN_HELP = "Hub token for private models or datasets (default: the one `hf auth login` stored, if any)."
@@ -73,14 +73,17 @@ class ModelArguments:
     static_heads_num: int = field(
         default=0, metadata={"help": "How many heads (first rows of sorted_heads.json) to replace by constant matrices."}
     )
-    replace_heads_with: Literal["constant", "mean_output", "zero_output", "first_token", "mean_corrected"] = field(
+    replace_heads_with: Literal["constant", "mean_output", "zero_output", "first_token", "mean_corrected",
+                                "best_of"] = field(
         default="constant", metadata={"help": "What the replaced heads do: attend with their constant matrix (avgs.pt, "
                                               "PAPA); output their training-set mean (mean_outputs.pt in "
                                               "--static_heads_dir, mean ablation); output 0 (zero ablation); or "
                                               "attend only to the first token (the attention sink), which two "
                                               "read no file; or mean_corrected: attend with the constant matrix "
                                               "and add E[A V] - A_avg E[V] (output_corrections.pt in "
-                                              "--static_heads_dir)."}
+                                              "--static_heads_dir); or best_of: per head the one of constant, "
+                                              "mean_output and mean_corrected chosen on the ranking data "
+                                              "(best_of.csv in --sorting_heads_dir, the ranking run's --best_of)."}
     )
 
     ranker: Literal["lambda", "gates", "taylor", "loo", "iterative", "iterative_taylor"] = field(
@@ -120,6 +123,12 @@ class ModelArguments:
                 "(the first evaluation split, --max_eval_samples) when it alone is replaced by each replacement: "
                 "constant, mean_corrected, mean_output, zero_output, first_token (mean_corrected and mean_output "
                 "read output_corrections.pt and mean_outputs.pt in --static_heads_dir: averaging --mean_corrections)."})
+    best_of: bool = field(default=False, metadata={
+        "help": "With --sort_calculating: also write best_of.csv, per head the loss change on the ranking data (the "
+                "training split, its first --ranker_max_samples) when it alone is replaced by constant, mean_output "
+                "or mean_corrected, and the one that loses least, which --replace_heads_with best_of then uses "
+                "(reads mean_outputs.pt and output_corrections.pt in --static_heads_dir: averaging "
+                "--mean_corrections)."})
     loo_prefix_cache: bool = field(default=True, metadata={
         "help": "--ranker loo / iterative: compute the blocks below a head's layer once per batch and reuse them "
                 "(false: every replacement runs the whole model; the same scores, slower)."})

@@ -182,29 +182,53 @@ def rank_heads(trainer, task, model_args, training_args, train_probe):
     return scored
 
 
-def write_head_replacements(trainer, task, model_args, training_args, dataset):
-    """head_replacements.csv and .png in the output folder: every head's loss change on `dataset` (held out) under
-    each replacement (papa.method.replacements), loaded in turn into the ranking run's mix-mode model; the model
-    holds PAPA's averages and its gates again afterwards."""
-    from ..method.replacements import (head_replacement_deltas, head_replacements_rows, load_replacement,
-                                       plot_head_replacements, replacement_pairs, rows_csv)
+def _single_head_deltas(trainer, task, model_args, batches, names, what):
+    """({name: (L, H) loss change on `batches` when the head alone is replaced}, (L, H) pattern variance or None),
+    each replacement of `names` loaded in turn into the ranking run's mix-mode model (papa.method.replacements); the
+    model holds PAPA's averages and its gates again afterwards."""
+    from ..method.replacements import head_replacement_deltas, load_replacement, replacement_pairs
 
     if not model_args.sort_calculating:
-        raise PapaError("--head_replacements scores heads in the ranking run: add --sort_calculating True")
-    if dataset is None:
-        raise PapaError("--head_replacements needs held-out data: give the task an evaluation split (--do_eval)")
+        raise PapaError(f"{what} scores heads in the ranking run: add --sort_calculating True")
     model = trainer.model.eval()
     gates = [module.papa_gate for module in attention_modules(model)]
-    batches = [trainer._prepare_inputs(b) for b in trainer.get_eval_dataloader(dataset)]
-    pairs = replacement_pairs(model_args.static_heads_dir)
-    stage(f"replacing each head alone by {', '.join(pairs)} on {len(dataset)} held-out examples")
+    pairs = replacement_pairs(model_args.static_heads_dir, names)
+    examples = sum(len(batch["input_ids"]) for batch in batches)
+    stage(f"{what[2:]}: replacing each head alone by {', '.join(pairs)} on {examples} examples")
     deltas, variance = head_replacement_deltas(model, batches, task.kind, pairs, model_args.ranker_loss,
-                                               log=lambda name: stage(f"head replacements: {name} done"))
-    pairs = replacement_pairs(model_args.static_heads_dir, ("constant",))
-    load_replacement(model, *pairs["constant"])
+                                               log=lambda name: stage(f"{what[2:]}: {name} done"))
+    load_replacement(model, *replacement_pairs(model_args.static_heads_dir, ("constant",))["constant"])
     for module, gate in zip(attention_modules(model), gates):  # the evaluation's model as the ranking left it
         module.papa_gate = gate
-    rows = head_replacements_rows(deltas, variance, pairs["constant"][0])
+    return deltas, variance
+
+
+def write_best_of(trainer, task, model_args, training_args):
+    """best_of.csv in the output folder (papa.method.best_of): every head's loss change on the ranking data (the
+    training split, its first --ranker_max_samples) under constant, mean_output and mean_corrected, and the one
+    that loses least, which `--replace_heads_with best_of` runs read."""
+    from ..method.best_of import BEST_OF_FILE, CANDIDATES, best_of_csv
+
+    batches = ranking_batches(trainer, model_args.ranker_max_samples, model_args.ranker_sample)
+    deltas, _ = _single_head_deltas(trainer, task, model_args, batches, CANDIDATES, "--best_of")
+    if trainer.is_world_process_zero():
+        save_text(best_of_csv(deltas), os.path.join(training_args.output_dir, BEST_OF_FILE))
+        stage(f"wrote {BEST_OF_FILE} to {training_args.output_dir}")
+    return deltas
+
+
+def write_head_replacements(trainer, task, model_args, training_args, dataset):
+    """head_replacements.csv and .png in the output folder: every head's loss change on `dataset` (held out) under
+    each replacement (papa.method.replacements), with its profile and pattern variance."""
+    from ..method.replacements import (REPLACEMENTS, head_replacements_rows, plot_head_replacements,
+                                       replacement_pairs, rows_csv)
+
+    if dataset is None and model_args.sort_calculating:
+        raise PapaError("--head_replacements needs held-out data: give the task an evaluation split (--do_eval)")
+    batches = [] if dataset is None else [trainer._prepare_inputs(b) for b in trainer.get_eval_dataloader(dataset)]
+    deltas, variance = _single_head_deltas(trainer, task, model_args, batches, REPLACEMENTS, "--head_replacements")
+    rows = head_replacements_rows(deltas, variance, replacement_pairs(model_args.static_heads_dir,
+                                                                      ("constant",))["constant"][0])
     if trainer.is_world_process_zero():
         save_text(rows_csv(rows), os.path.join(training_args.output_dir, "head_replacements.csv"))
         plot_head_replacements(rows, os.path.join(training_args.output_dir, "head_replacements.png"))

@@ -1,6 +1,6 @@
 """What a probing run replaces its heads with, read and checked against its flags: avgs.pt's constant matrices,
-mean outputs, zero outputs, first-token matrices, mean-corrected constants or structured constants, and which heads
-(the first k of sorted_heads.json)."""
+mean outputs, zero outputs, first-token matrices, mean-corrected constants, best_of's per-head choice or structured
+constants, and which heads (the first k of sorted_heads.json)."""
 
 from typing import NamedTuple
 
@@ -8,6 +8,7 @@ import torch
 
 from ..errors import PapaError
 from ..method.ablations import first_token_matrices, zero_outputs
+from ..method.best_of import best_of_pair, check_best_of_inputs
 from ..method.attention import head_dim, load_constant_matrices, load_mean_outputs, load_output_corrections
 from ..method.ranking import check_static_heads_num, first_k_heads, load_sorted_heads
 from .structured_constants import run_constants
@@ -15,7 +16,7 @@ from .structured_constants import run_constants
 # what the replaced heads read from --static_heads_dir, per --replace_heads_with (None: built here,
 # papa.method.ablations, from the model's shape and --max_seq_length)
 REPLACEMENT_FILES = {"constant": "avgs.pt", "mean_output": "mean_outputs.pt", "zero_output": None,
-                     "first_token": None, "mean_corrected": "avgs.pt"}
+                     "first_token": None, "mean_corrected": "avgs.pt", "best_of": "avgs.pt"}
 
 
 class HeadReplacement(NamedTuple):
@@ -45,6 +46,10 @@ def load_replacements(model_args, config, static_heads, seq_len):
     if model_args.replace_heads_with == "mean_output":
         means = load_mean_outputs(model_args.static_heads_dir, *shape, head_dim(config))
         return HeadReplacement(None, means, static_heads, False)
+    if model_args.replace_heads_with == "best_of" and static_heads:  # the choice in the ranking folder's best_of.csv
+        constants, corrections = best_of_pair(model_args.static_heads_dir, model_args.sorting_heads_dir, *shape,
+                                              head_dim(config))
+        return HeadReplacement(constants, None, static_heads, False, corrections)
     if model_args.replace_heads_with == "mean_corrected":
         corrections = load_output_corrections(model_args.static_heads_dir, *shape, head_dim(config))
         return HeadReplacement(load_constant_matrices(model_args.static_heads_dir, *shape), None, static_heads, False,
@@ -61,6 +66,11 @@ def heads_to_replace(model_args, config, seq_len):
     k = model_args.static_heads_num
     check_static_heads_num(k, num_layers, num_heads)  # before anything else: k < 0 must not pass as "no heads"
     mode = model_args.replace_heads_with
+    if model_args.best_of and not model_args.sort_calculating:
+        raise PapaError("--best_of makes its choice in the ranking run: add --sort_calculating True (a probing run "
+                        "reads the choice with --replace_heads_with best_of)")
+    if model_args.best_of and model_args.static_heads_dir:
+        check_best_of_inputs(model_args.static_heads_dir)
     static_only = model_args.grad_for_classifier_and_static_only and mode not in ("constant", "mean_output")
     if mode != "constant" and (model_args.sort_calculating or static_only):
         flag = "--sort_calculating" if model_args.sort_calculating else "--grad_for_classifier_and_static_only"

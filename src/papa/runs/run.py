@@ -40,7 +40,7 @@ from .outputs import (check_checkpoint_matches, checkpoint_to_resume, save_resul
 from .predictions import predictions_file, write_eval_predictions
 from ..models.pretrained import check_model_paths, load_config_and_tokenizer
 from .ranking import (prepare_lambda_training, rank_heads, ranking_subset, ranking_units, save_lambda_ranking,
-                      write_head_replacements)
+                      write_best_of, write_head_replacements)
 from ..data.task_folders import resolve_data_dir
 from .replacements import REPLACEMENT_FILES, check_heads_setup, heads_to_replace
 from .structured_constants import structured_averager, write_sink_window, write_toeplitz
@@ -281,7 +281,8 @@ def run_probing(task, model_args, data_args, training_args):
 
     num_replaced = sum(len(h) for h in heads.static_heads.values())
     doing = {"constant": "constant", "mean_output": "mean-output", "zero_output": "zero-output",
-             "first_token": "first-token", "mean_corrected": "mean-corrected"}[model_args.replace_heads_with]
+             "first_token": "first-token", "mean_corrected": "mean-corrected",
+             "best_of": "best-of"}[model_args.replace_heads_with]
     replaced = f"{num_replaced} {doing} heads"
     stage(f"{task.name}: {path}, {'mixing all heads (ranking run)' if heads.mix_all_heads else replaced}, "
           f"mode={(mode or 'full fine-tuning') if training_args.do_train else 'evaluation only'}, T={data_args.max_seq_length}")
@@ -309,6 +310,8 @@ def run_probing(task, model_args, data_args, training_args):
                                                        model_args.ranker_sample, training_args.seed)
         units = ranking_units(config, model_args) if ranker else None
         train_and_save(trainer, tokenizer, units, training_args, checkpoint)
+    if model_args.best_of:  # after the ranking, on its data
+        write_best_of(trainer, task, model_args, training_args)
     if model_args.head_replacements:  # after the ranking, at the stock model (every gate 0)
         write_head_replacements(trainer, task, model_args, training_args, next(iter(data["eval"].values()), None))
     if training_args.do_eval:

@@ -39,7 +39,9 @@ class SweepArguments:
                                            "matrices trained with the probe on the task's loss, from the "
                                            "averages), mean_corrected (constant matrices plus E[A V] - A_avg E[V], "
                                            "so each head outputs its own mean on average), optimal_output (constant "
-                                           "outputs trained on the task's loss from the mean outputs)."})
+                                           "outputs trained on the task's loss from the mean outputs), best_of "
+                                           "(per head the one of constant, mean_output and mean_corrected that "
+                                           "loses least alone on the ranking data: sort/best_of.csv)."})
     ranker: list[str] | None = field(default=None, metadata={
         "nargs": "+", "choices": RANKERS, "help": "How the heads are ranked (papa.method.rankers; run_papa_glue.py "
         "--ranker): lambda (the original's trained mixing weights; default), gates, taylor, loo, iterative, "

@@ -26,10 +26,14 @@
                   (an lm run: alone, on the LM loss over the training blocks), starting from their mean outputs
                   (`--replace_heads_with mean_output --grad_for_classifier_and_static_only`): Li & Janson's
                   (2024) optimal ablation, never worse than the mean on the data it trains on.
+    best_of       each replaced head is replaced by whichever of constant attention, mean_output and
+                  mean_corrected loses least when it alone is replaced on the ranking data: PAPA's first ranking
+                  run (sort/) makes the choice (`--best_of true`, `sort/best_of.csv`) after ranking, and the runs
+                  read it (`--replace_heads_with best_of`). Tells what the best of the three gives, per head.
 
 A control's runs are ordinary probing stages in `<prefix>_k_<k>/` (uniform_k_36, random_k_36,
 mean_k_36, zero_k_36, first_k_36, trained_k_36, corrected_k_36,
-optimal_k_36), with the same stamps and fingerprints as PAPA's, its artifact
+optimal_k_36, bestof_k_36), with the same stamps and fingerprints as PAPA's, its artifact
 among the fingerprinted inputs. k = 0 replaces no head, so every control shares PAPA's `k_0/`; random_order also shares PAPA's
 run at k = all heads (the same set of heads, whatever their order). A control's relative change is
 measured against that same k = 0 run. With --seeds every run is per seed (`uniform_k_36_seed_1`), and a
@@ -91,10 +95,14 @@ CONTROLS = _Registry({c.name: c for c in (
     Control("optimal_output", "optimal", "optimal output", "output trained constants",
             "the replaced heads output constants trained with the probe on the task's loss, from their mean "
             "(avgs/mean_outputs.pt)"),
+    Control("best_of", "bestof", "best of", "replaced by the best of three",
+            "each replaced head is replaced by whichever of constant attention, mean output and mean_corrected "
+            "lost least alone on the ranking data (sort/best_of.csv)"),
 )})
 assert tuple(CONTROLS) == SWEEP_CONTROLS
 
 UNIFORM_DIR, RANDOM_DIR = "uniform", "random_order"
+BEST_OF_INPUTS = ("mean_outputs.pt", "output_corrections.pt")  # from the averaging pass, beside avgs.pt
 
 
 def is_random_order(control):
@@ -190,6 +198,9 @@ def control_setups(plan, seed):
                                 ["--replace_heads_with", "mean_output"], train_constants=True),
         "mean_corrected": Setup(avgs_dir, sort_dir, [avgs, os.path.join(avgs_dir, "output_corrections.pt"), ranking],
                                 ["--replace_heads_with", "mean_corrected"]),
+        "best_of": Setup(avgs_dir, sort_dir, [avgs, *(os.path.join(avgs_dir, f) for f in BEST_OF_INPUTS), ranking,
+                                              os.path.join(sort_dir, "best_of.csv")],
+                         ["--replace_heads_with", "best_of"]),
     }
 
 

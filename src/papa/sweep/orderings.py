@@ -58,6 +58,8 @@ def ranker_flags(args):
             own += ["--rank_kv_groups", "true"]
         if getattr(args, "head_replacements", False) and ranker == args.ranker[0]:  # PAPA's ranking runs (sort/)
             own += ["--head_replacements", "true"]
+        if "best_of" in (args.controls or ()) and ranker == args.ranker[0]:  # its choice, for the best_of runs
+            own += ["--best_of", "true"]
         if args.lambda_learning_rate is not None and ranker in ("lambda", "gates"):
             own += ["--lambda_learning_rate", repr(args.lambda_learning_rate)]
         flags[ranker] = own
@@ -73,6 +75,7 @@ def describe(ranker, epochs):
 def ranking_outputs(ranker, flags=()):
     """The files a ranking stage must leave (`flags`: its own, `ranker_flags`)."""
     extra = ["head_replacements.csv"] if "--head_replacements" in flags else []
+    extra += ["best_of.csv"] if "--best_of" in flags else []
     if ranker == "lambda":
         return ["lambdas.npy", "sorted_heads.json", "eval_results.json", *extra]
     return ["sorted_heads.json", "head_scores.csv", "eval_results.json", *extra]

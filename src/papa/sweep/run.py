@@ -186,8 +186,8 @@ def make_stages(plan, args, passthrough):
     if args.max_train_samples is not None:  # average over the examples the probes are trained on
         avgs_args += ["--max_train_samples", str(args.max_train_samples)]
     avgs_outputs = [plan.constants_file]
-    replacements = any("--head_replacements" in flags for _, flags in plan.ranker_flags)
-    if "mean_corrected" in plan.controls or replacements:  # the corrections (and mean outputs) come from this pass
+    replacements = any({"--head_replacements", "--best_of"} & set(flags) for _, flags in plan.ranker_flags)
+    if {"mean_corrected", "best_of"} & set(plan.controls) or replacements:  # the corrections (and mean outputs) come from this pass
         avgs_args.append("--mean_corrections")
         avgs_outputs += ["mean_outputs.pt", "mean_values.pt", "output_corrections.pt"]
     elif {"mean_output", "optimal_output"} & set(plan.controls):  # their artifact comes from the same pass
@@ -236,7 +236,7 @@ def make_stages(plan, args, passthrough):
             own = dict(plan.ranker_flags).get(ranker, ())
             flags = ["--sort_calculating", "True", *own]
             inputs = [avgs_pt] + ([os.path.join(avgs_dir, f) for f in ("mean_outputs.pt", "output_corrections.pt")]
-                                  if "--head_replacements" in own else [])
+                                  if {"--head_replacements", "--best_of"} & set(own) else [])
             stages.append(Stage(os.path.basename(sort_dir),
                                 f"ranking heads ({orderings.describe(ranker, _epochs(plan.sort_num_train_epochs))}"
                                 f"{shown})", sort_dir, train_module, train_script,
