@@ -1,0 +1,65 @@
+"""docs/long_context/structured.py and far_weight.py: the findings' tables and shares against hand computations."""
+
+import importlib.util
+import json
+import math
+from pathlib import Path
+
+import pytest
+import torch
+
+DOCS = Path(__file__).resolve().parent.parent / "docs" / "long_context"
+
+
+def _load(name):
+    spec = importlib.util.spec_from_file_location(name, DOCS / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _run(folder, rows):
+    folder.mkdir()
+    with open(folder / "eval_predictions.jsonl", "w") as f:
+        for i, (block, nll, tokens) in enumerate(rows):
+            f.write(json.dumps({"index": i, "nll_sum": nll, "tokens": tokens, "block": block}) + "\n")
+
+
+def test_structured_tables_against_hand_computed_log_perplexities(tmp_path, monkeypatch, capsys):
+    _run(tmp_path / "stock", [("a", 100.0, 50), ("b", 300.0, 100)])
+    _run(tmp_path / "x", [("a", 150.0, 50), ("b", 330.0, 100)])
+    _run(tmp_path / "y", [("a", 120.0, 50), ("b", 360.0, 100)])
+    out = tmp_path / "t.md"
+    monkeypatch.setattr("sys.argv", ["structured.py", "--runs", str(tmp_path), "--seq_len", "64", "--stock", "stock",
+                                     "--rows", "x:run x", "--pairs", "x:y:x − y", "--samples", "200",
+                                     "--out", str(out)])
+    _load("structured").main()
+    text = out.read_text()
+    stock, x, y = 400 / 150, 480 / 150, 480 / 150
+    assert f"| run x | {math.exp(x):.2f} | {x - stock:+.3f} [" in text
+    assert f"| x − y | {x - y:+.3f} [" in text  # equal totals: 0, though the blocks differ
+    capsys.readouterr()
+
+
+def test_structured_tables_refuse_runs_of_other_blocks(tmp_path, monkeypatch):
+    _run(tmp_path / "stock", [("a", 1.0, 1)])
+    _run(tmp_path / "x", [("z", 1.0, 1)])
+    monkeypatch.setattr("sys.argv", ["structured.py", "--runs", str(tmp_path), "--seq_len", "8", "--stock", "stock",
+                                     "--rows", "x:x"])
+    with pytest.raises(SystemExit, match="other blocks"):
+        _load("structured").main()
+
+
+def test_far_weight_is_the_last_rows_share_beyond_the_distance(tmp_path, monkeypatch, capsys):
+    sink = torch.tensor([[[2.0]]])  # (L, H, S) = (1, 1, 1)
+    profile = torch.tensor([[[1.0, 1.0, 3.0, 5.0, 7.0]]])  # T = 5: the last row (i = 4) sees d = 0 .. 3 after the sink
+    (tmp_path / "c").mkdir()
+    torch.save({"sink": sink, "profile": profile}, tmp_path / "c" / "structured_constants.pt")
+    (tmp_path / "s").mkdir()
+    (tmp_path / "s" / "sorted_heads.json").write_text("[[0, 0]]")
+    monkeypatch.setattr("sys.argv", ["far_weight.py", "--constants", str(tmp_path / "c"), "--sorting_heads_dir",
+                                     str(tmp_path / "s"), "--k", "1", "--beyond", "1"])
+    _load("far_weight").main()
+    # row 4: sink 2 at j = 0, then j = 1..4 at d = 3, 2, 1, 0: weights 5, 3, 1, 1; beyond d = 1: 3 + 5 of 12
+    printed = capsys.readouterr().out
+    assert f"median {8 / 12:.4f}" in printed and f"on the sink: median {2 / 12:.4f}" in printed
