@@ -122,7 +122,7 @@ def stability_markdown(rows, between):
     ks = sorted({r["k"] for r in rows})
     pairs = list(dict.fromkeys((r["a"], r["b"], r["seed_a"], r["seed_b"]) for r in rows))
     lines = [f"## Ranking stability between {between}", "",
-             "| pair | Kendall τ of λ | " + " | ".join(f"dynamic overlap at k={k} (chance)" for k in ks) + " |",
+             "| pair | Kendall τ | " + " | ".join(f"dynamic overlap at k={k} (chance)" for k in ks) + " |",
              "| --- | ---: |" + " ---: |" * len(ks)]
     for a, b, sa, sb in pairs:
         same = {r["k"]: r for r in rows if (r["a"], r["b"], r["seed_a"], r["seed_b"]) == (a, b, sa, sb)}
@@ -131,7 +131,8 @@ def stability_markdown(rows, between):
             "**mean**" if a == b else f"**{a} vs {b}, mean**")
         cells = [f"{same[k]['dynamic_overlap']:.2f} ({same[k]['chance_overlap']:.2f})" if k in same else "–" for k in ks]
         lines.append(f"| {name} | {first['kendall_tau']:.2f} | " + " | ".join(cells) + " |")
-    lines += ["", "Kendall τ: the rank correlation of the two rankings' λ over every head (0: unrelated orders). "
+    lines += ["", "Kendall τ: the rank correlation of the two rankings over every head (of λ for the λ ranker, of the "
+                  "ranks in sorted_heads.json for the others; 0: unrelated orders). "
                   "Dynamic overlap: of the heads each ranking keeps dynamic at k, the fraction both keep; chance, "
                   "for two random orders, is the fraction kept, (N − k) / N.", ""]
     return "\n".join(lines)
