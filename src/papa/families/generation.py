@@ -1,0 +1,263 @@
+"""Generation with a key/value cache in a PAPA-patched decoder (the Llama-family adapter, papa/families/llama.py).
+
+`model.generate(..., use_cache=True)` (or any forward given `past_key_values`) hands each layer the new tokens'
+hidden states and a transformers cache. A patched layer keeps in it only what its heads still read:
+
+- dynamic heads attend as the stock model does: the cache's own layer (transformers' DynamicLayer, or its
+  sliding-window layer) holds the keys and values of the K/V heads they read, and no others;
+- a constant head's output at query position i is Σ_j norm(C·P)[i, j] V_j: no key, only the values its row reaches:
+  - full constants (T₀ × T₀, averaged at T₀): every earlier position, and only rows i < T₀ exist (later ones are
+    refused);
+  - structured constants (papa/families/structured.py: a sink over the first s positions, a profile over distances
+    d < D): the sink's positions and the last D − 1, at any i. `sink_window` (D = w) keeps s + w − 1 positions
+    between steps (s + w while a step attends); toeplitz (D = T₀) the last T₀ − 1 and the sink;
+  - in a sliding-window layer, never more than the last window − 1;
+- so a K/V head that only constant heads read keeps no key at all, and its values live in the layer's side state
+  (`ConstantState`, in `cache.papa_constant_states`), trimmed to those positions after every step.
+
+Beside the retained positions the side state keeps their padding validity m ((B, n) bool): a new token's is the
+diagonal of the 4-D mask the layer receives (None: no padding). Positions count the cached sequence, left padding
+included, as the full forward indexes its constants. Each step's output equals the patched model's full (no-cache)
+forward at those positions, up to the order of float sums (tests/test_generation.py).
+
+Not covered (refused, or documented in docs/long_context.md): beam search (the side state is not reordered with the
+beams), mean-output heads, mix mode, attention probabilities, training with attention dropout, GPT-2.
+"""
+
+import functools
+from dataclasses import dataclass
+
+import torch
+
+from ..errors import PapaError
+from .block_triangle import BlockTriangle
+from .constant_math import reduction_dtype, row_divisor
+
+
+@dataclass
+class ConstantState:
+    """What a layer's constant heads keep between steps, beside the transformers cache layer."""
+
+    positions: torch.Tensor  # (n,) long: retained key positions, ascending
+    valid: torch.Tensor  # (B, n) bool: their padding validity
+    values: torch.Tensor  # (B, U, n, d): values of the K/V heads that only constant heads read
+    seen: int  # positions cached so far
+
+
+def constant_states(cache):
+    """{layer index: ConstantState} kept on the cache object (made on first use)."""
+    states = getattr(cache, "papa_constant_states", None)
+    if states is None:
+        states = {}
+        cache.papa_constant_states = states
+    return states
+
+
+def _plan(layer, device):
+    """(dynamic units, each dynamic head's index into them, constant-only units, each constant head's index into
+    dynamic + constant-only units) as long tensors. A unit is an entry of `papa_unit_values`: a K/V head."""
+    plan = layer.__dict__.get("_papa_generation_plan")
+    if plan is None:
+        units = layer.papa_value_units.tolist()  # (H,) in the layout [dynamic | replaced]
+        D = len(layer.dynamic_heads)
+        dynamic = sorted(set(units[:D]))  # the K rows the pruned k_proj keeps are these, in this order
+        constant = sorted(set(units[D:]) - set(dynamic))
+        stored = dynamic + constant
+        plan = (dynamic, [dynamic.index(u) for u in units[:D]], constant, [stored.index(u) for u in units[D:]])
+        layer.__dict__["_papa_generation_plan"] = plan
+    return tuple(torch.tensor(p, dtype=torch.long, device=device) for p in plan)
+
+
+def _refuse(layer, call, cache):
+    if not hasattr(cache, "update") or not hasattr(cache, "get_seq_length"):
+        raise PapaError(f"past_key_values must be a transformers Cache (e.g. DynamicCache), not {type(cache).__name__}")
+    if layer.mix_all_heads:
+        raise PapaError("a model in mix mode (every head mixing attention and its constant: the ranking run) has no "
+                        "key/value cache: pass use_cache=False")
+    if layer.static_heads and layer.head_mode == "mean_output":
+        raise PapaError("generation with a key/value cache covers constant heads (full or structured), not "
+                        "mean-output heads: pass use_cache=False")
+    if call.want_probs or layer.papa_return_probs:
+        raise PapaError("a patched decoder returns no attention probabilities while generating with a key/value "
+                        "cache: pass output_attentions=False, or use_cache=False")
+    if layer.training and layer.papa_dropout_p > 0:
+        raise PapaError("generation with a key/value cache runs without attention dropout: call model.eval() first")
+
+
+@functools.cache
+def _counted_layer():
+    """transformers' DynamicLayer, counting its positions itself: its own count reads keys.numel(), 0 when the layer
+    keeps no K/V head (every head constant), and the model would then place the next tokens at position 0."""
+    from transformers.cache_utils import DynamicLayer
+
+    class CountedLayer(DynamicLayer):
+        papa_seen = 0
+
+        def get_seq_length(self):
+            return self.papa_seen if self.is_initialized else 0
+
+        def reset(self):
+            super().reset()
+            self.papa_seen = 0
+
+    return DynamicLayer, CountedLayer
+
+
+def _count_positions(cache_layer, seen):
+    plain, counted = _counted_layer()
+    if type(cache_layer) is plain:
+        cache_layer.__class__ = counted
+    if isinstance(cache_layer, counted):
+        cache_layer.papa_seen = seen
+
+
+def _new_validity(mask, B, q, kv):
+    """(B, q) bool validity of the q new tokens (the last q keys): the diagonal of the (B, 1, q, kv) mask."""
+    if mask is None:
+        return None
+    if mask.shape[-1] != kv or mask.shape[-2] != q:
+        raise PapaError(f"the attention mask covers {tuple(mask.shape[-2:])} query x key positions, the cache "
+                        f"{q} x {kv}: a patched decoder generates with transformers' DynamicCache only")
+    rows = torch.arange(q, device=mask.device)
+    diagonal = mask[:, 0, rows, kv - q + rows]  # (B or 1, q)
+    valid = diagonal if diagonal.dtype == torch.bool else diagonal == 0
+    return valid.expand(B, q)
+
+
+def cached_context(layer, call, cache):
+    """(B, q, H, d): the layer's heads' output, in its layout, for the q new tokens of `call`; the cache updated."""
+    _refuse(layer, call, cache)
+    B, q, _ = call.hidden_states.shape
+    device = call.hidden_states.device
+    dynamic_units, dynamic_index, constant_units, constant_index = _plan(layer, device)
+    states = constant_states(cache)
+    state = states.get(layer.layer_idx)
+    if state is None and cache.get_seq_length(layer.layer_idx) > 0:
+        raise PapaError("this key/value cache was filled by another model: a patched decoder keeps its own values "
+                        "for constant heads; start generation from an empty cache")
+    start = 0 if state is None else state.seen
+    units = layer.papa_unit_values(call).transpose(1, 2)  # (B, U, q, d)
+    query, keys = layer.papa_rotated(call)  # (B, D, q, d), (B, G', q, d)
+    keys, values = cache.update(keys, units.index_select(1, dynamic_units), layer.layer_idx)  # (B, G', kv, d)
+    _count_positions(cache.layers[layer.layer_idx], start + q)
+    kv = values.shape[-2]
+    new_valid = _new_validity(call.attention_mask, B, q, kv)  # (B, q) or None
+    if state is None:
+        state = ConstantState(torch.zeros(0, dtype=torch.long, device=device),
+                              torch.zeros(B, 0, dtype=torch.bool, device=device),
+                              units.new_zeros(B, len(constant_units), 0, units.shape[-1]), 0)
+    parts = []
+    if layer.dynamic_heads:
+        mask = call.attention_mask
+        if mask is None and q > 1:  # the causal band of the last q keys (the fused kernel's is_causal is top-left)
+            mask = torch.ones(q, kv, dtype=torch.bool, device=device).tril(kv - q)
+        dynamic = layer.papa_cached_dynamic(call, query, keys.index_select(1, dynamic_index),
+                                            values.index_select(1, dynamic_index), mask)  # (B, q, D, d)
+        if layer.static_heads and new_valid is not None:  # as the full forward: padded query rows are 0
+            dynamic = dynamic * new_valid[:, :, None, None].to(dynamic.dtype)
+        parts.append(dynamic)
+    if layer.static_heads:
+        state, constant = _constant_context(layer, state, start, units, values, constant_units, constant_index,
+                                            new_valid)
+        parts.append(constant)
+    else:
+        state.seen = start + q
+    states[layer.layer_idx] = state
+    return parts[0] if len(parts) == 1 else torch.cat(parts, dim=2)
+
+
+def _constant_context(layer, state, start, units, values, constant_units, constant_index, new_valid):
+    """(the state after this step, (B, q, S, d) the constant heads' output for positions [start, start + q)).
+    values: (B, G', kv, d) the cache layer's values of the dynamic units, positions [start + q − kv, start + q)."""
+    B, _, q, _ = units.shape
+    total = start + q
+    device = units.device
+    new_positions = torch.arange(start, total, device=device)
+    if new_valid is None:
+        new_valid = torch.ones(B, q, dtype=torch.bool, device=device)
+    positions = torch.cat([state.positions, new_positions])  # (n,)
+    valid = torch.cat([state.valid, new_valid], dim=1)  # (B, n)
+    kept = torch.cat([state.values, units.index_select(1, constant_units)], dim=2)  # (B, U_c, n, d)
+    offset = total - values.shape[-2]  # the cache layer holds positions [offset, total)
+    reach = torch.cat([values.index_select(2, positions - offset), kept], dim=1)  # (B, U, n, d)
+    head_values = reach.index_select(1, constant_index)  # (B, S, n, d): each constant head's
+    dtype = reduction_dtype(units.dtype)
+    weights = constant_weights(layer, new_positions, positions).to(dtype)  # (S, q, n)
+    weights = weights[None] * valid[:, None, None, :].to(dtype)  # (B, S, q, n): C·P on the real keys
+    probs = weights / row_divisor(weights.abs().sum(-1, keepdim=True))  # norm(C·P): an all-zero row stays 0
+    row_valid = new_valid.to(dtype)  # (B, q)
+    out = torch.matmul(probs, head_values.to(dtype)).transpose(1, 2) * row_valid[:, :, None, None]  # (B, q, S, d)
+    if layer.output_corrections is not None:  # mean_corrected: + c at each real position
+        out = out + layer.output_corrections[:, start:total].transpose(0, 1).to(dtype)[None] * row_valid[:, :, None, None]
+    keep = still_needed(layer, positions, total)
+    return ConstantState(positions[keep], valid[:, keep], kept[:, :, keep], total), out.to(units.dtype)
+
+
+def constant_weights(layer, queries, keys):
+    """(S, q, n): C[h, i, j] of the layer's constant heads (its layout order) at query positions `queries` (q,) and
+    key positions `keys` (n,), zero above the diagonal and outside the layer's sliding window."""
+    distance = queries[:, None] - keys[None, :]  # (q, n): i − j
+    if layer.head_mode == "structured":
+        sink, profile = layer.structured_sink, layer.structured_profile  # (S, s), (S, D)
+        s, D = sink.shape[1], profile.shape[1]
+        in_profile = (distance >= 0) & (distance < D) & (keys[None, :] >= s)
+        weights = torch.where(in_profile, profile[:, distance.clamp(0, D - 1)], profile.new_zeros(()))
+        in_sink = (distance >= 0) & (keys[None, :] < s)
+        weights = torch.where(in_sink, sink[:, keys.clamp(max=s - 1)][:, None, :], weights)
+    else:
+        rows = constant_rows(layer, int(queries[0]), int(queries[-1]) + 1)  # (S, q, i_max + 1)
+        weights = rows.index_select(2, keys) * (distance >= 0).to(rows.dtype)
+    window = layer.papa_window
+    if window is not None:
+        weights = weights * (distance < window).to(weights.dtype)
+    return weights
+
+
+def constant_rows(layer, first, last):
+    """(S, last − first, last): rows [first, last) of a layer's full constants, columns [0, last) (a causal row has
+    nothing beyond its own position), read from the (S, T, T) matrices or their block-row strips."""
+    T0 = layer.papa_seq_len
+    if last > T0:
+        raise PapaError(f"this model's constant matrices are {T0}x{T0}: they hold no row for position {last - 1}. "
+                        f"Generate at most {T0} positions in all (prompt and new tokens), or use structured constants "
+                        "(--constants toeplitz or sink_window), which apply at any length")
+    constants = layer.constant_matrices
+    if layer.papa_block is None:
+        return constants[:, first:last, :last]
+    parts = []
+    for start, end, strip in BlockTriangle(constants, T0, layer.papa_block).strips():  # (S, rows, cols)
+        lo, hi = max(start, first), min(end, last)
+        if lo < hi:
+            part = strip[:, lo - start:hi - start, :last]
+            parts.append(torch.nn.functional.pad(part, (0, last - part.shape[-1])))
+    return torch.cat(parts, dim=1)
+
+
+def still_needed(layer, positions, seen):
+    """(n,) bool: the positions a constant head may still read from a query at position ≥ `seen`."""
+    keep = torch.ones_like(positions, dtype=torch.bool)
+    if layer.head_mode == "structured":
+        s, D = layer.structured_sink.shape[1], layer.structured_profile.shape[1]
+        keep = (positions < s) | (positions >= seen - D + 1)
+    window = layer.papa_window
+    if window is not None:
+        keep &= positions >= seen - window + 1
+    return keep
+
+
+def _nbytes(tensor):
+    return tensor.numel() * tensor.element_size() if isinstance(tensor, torch.Tensor) else 0
+
+
+def cache_bytes(cache):
+    """Per layer, the bytes a generation cache holds: {"keys", "values"} in the transformers cache layer (the
+    dynamic heads' K/V heads), "constant_values" (the side state's values of K/V heads only constant heads read) and
+    "positions" (the side state's retained positions and validity). A stock model's cache has only the first two."""
+    states = getattr(cache, "papa_constant_states", None) or {}
+    report = []
+    for index, layer in enumerate(cache.layers):
+        state = states.get(index)
+        report.append({"keys": _nbytes(getattr(layer, "keys", None)), "values": _nbytes(getattr(layer, "values", None)),
+                       "constant_values": _nbytes(state.values) if state else 0,
+                       "positions": _nbytes(state.positions) + _nbytes(state.valid) if state else 0})
+    return report
