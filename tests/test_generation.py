@@ -7,7 +7,7 @@ import copy
 import pytest
 import torch
 from torch.testing import assert_close
-from transformers import DynamicCache
+from transformers import DynamicCache, StaticCache
 
 from papa.errors import PapaError
 from papa.families import block_triangle
@@ -92,12 +92,17 @@ def test_each_step_equals_the_full_forward(name, kind, static, impl, monkeypatch
     assert_close(steps[real], full[real], rtol=1e-9, atol=1e-10)
 
 
-def test_float32_steps_equal_the_full_forward():
-    model = patch_model(tiny_decoder("llama"), static_heads=SOME, structured=sink_window(L, H, sinks=2, window=3))
-    ids, mask = left_padded()
+@pytest.mark.parametrize("impl", ["eager", "sdpa"])
+@pytest.mark.parametrize("padded", [True, False])
+def test_float32_steps_equal_the_full_forward(impl, padded):
+    """float32, and without padding: under sdpa the layers then get no mask at all (single-token steps attend to every
+    cached key; a multi-token step gets the causal band of its last keys)."""
+    model = patch_model(tiny_decoder("llama", impl), static_heads=SOME, structured=sink_window(L, H, sinks=2, window=3))
+    ids, mask = left_padded() if padded else (torch.randint(5, 120, (1, T), generator=torch.Generator().manual_seed(9)),
+                                              torch.ones(1, T, dtype=torch.long))
     with torch.no_grad():
         full = model(input_ids=ids, attention_mask=mask, use_cache=False).logits
-    steps, _ = stepped_logits(model, ids, mask, 4, [1] * (T - 4))
+    steps, _ = stepped_logits(model, ids, mask, 4, [3] + [1] * (T - 7))
     assert_close(steps[mask.bool()], full[mask.bool()], rtol=1e-4, atol=1e-5)
 
 
@@ -122,9 +127,10 @@ def test_greedy_generate_equals_an_argmax_loop(kind):
     prompt = torch.randint(5, 120, (1, 4), generator=torch.Generator().manual_seed(4))
     new = T - 5 if kind == "full" else 16  # full constants stop at T (the last token is not fed back); structured ones go past it
     got = model.generate(prompt, max_new_tokens=new, min_new_tokens=new, do_sample=False, use_cache=True,
-                         pad_token_id=0)
-    assert got.shape == (1, 4 + new)
-    assert torch.equal(got, argmax_loop(model, prompt, new, pad_to=T if kind == "full" else None))
+                         pad_token_id=0, return_dict_in_generate=True)
+    assert sum(layer["constant_values"] for layer in cache_bytes(got.past_key_values)) > 0
+    assert got.sequences.shape == (1, 4 + new)
+    assert torch.equal(got.sequences, argmax_loop(model, prompt, new, pad_to=T if kind == "full" else None))
 
 
 def test_batched_left_padded_generate_equals_an_argmax_loop():
@@ -210,6 +216,9 @@ def test_refusals():
         stock(input_ids=ids, cache=cache, use_cache=True)
     with pytest.raises(PapaError, match="filled by another model"):
         model(input_ids=ids[:, :1], cache=cache, use_cache=True)
+    static = StaticCache(config=model.config, max_cache_len=16)
+    with pytest.raises(PapaError, match="not with a StaticLayer"):
+        model(input_ids=ids, cache=static, use_cache=True)
     mixed = patch_model(tiny_decoder("llama"), constants("full")["constant_matrices"].float(), mix_all_heads=True)
     with pytest.raises(PapaError, match="mix mode"):
         mixed(input_ids=ids, use_cache=True)

@@ -68,6 +68,16 @@ def _plan(layer, device):
     return tuple(torch.tensor(p, dtype=torch.long, device=device) for p in plan)
 
 
+def _grouped(dynamic_index):
+    """Whether the dynamic heads read their K/V heads as grouped attention does (each kept K/V head by the same
+    number of consecutive query heads): then the kernel reads the cached K/V as they are, with no per-step copy."""
+    kept = int(dynamic_index.max()) + 1 if len(dynamic_index) else 0
+    if kept == 0 or len(dynamic_index) % kept:
+        return False
+    size = len(dynamic_index) // kept
+    return bool((dynamic_index == torch.arange(len(dynamic_index), device=dynamic_index.device) // size).all())
+
+
 def _refuse(layer, call, cache):
     if not hasattr(cache, "update") or not hasattr(cache, "get_seq_length"):
         raise PapaError(f"past_key_values must be a transformers Cache (e.g. DynamicCache), not {type(cache).__name__}")
@@ -103,6 +113,16 @@ def _counted_layer():
     return DynamicLayer, CountedLayer
 
 
+def _refuse_layer(cache_layer):
+    from transformers.cache_utils import DynamicSlidingWindowLayer
+
+    plain, counted = _counted_layer()
+    if type(cache_layer) not in (plain, counted, DynamicSlidingWindowLayer):
+        raise PapaError(f"a patched decoder generates with transformers' DynamicCache (DynamicLayer and its sliding-"
+                        f"window layer), not with a {type(cache_layer).__name__}: pass no past_key_values, or a "
+                        "DynamicCache")
+
+
 def _count_positions(cache_layer, seen):
     plain, counted = _counted_layer()
     if type(cache_layer) is plain:
@@ -136,6 +156,8 @@ def cached_context(layer, call, cache):
         raise PapaError("this key/value cache was filled by another model: a patched decoder keeps its own values "
                         "for constant heads; start generation from an empty cache")
     start = 0 if state is None else state.seen
+    if layer.layer_idx < len(getattr(cache, "layers", ())):
+        _refuse_layer(cache.layers[layer.layer_idx])
     units = layer.papa_unit_values(call).transpose(1, 2)  # (B, U, q, d)
     query, keys = layer.papa_rotated(call)  # (B, D, q, d), (B, G', q, d)
     keys, values = cache.update(keys, units.index_select(1, dynamic_units), layer.layer_idx)  # (B, G', kv, d)
@@ -151,8 +173,9 @@ def cached_context(layer, call, cache):
         mask = call.attention_mask
         if mask is None and q > 1:  # the causal band of the last q keys (the fused kernel's is_causal is top-left)
             mask = torch.ones(q, kv, dtype=torch.bool, device=device).tril(kv - q)
-        dynamic = layer.papa_cached_dynamic(call, query, keys.index_select(1, dynamic_index),
-                                            values.index_select(1, dynamic_index), mask)  # (B, q, D, d)
+        if not _grouped(dynamic_index):  # each dynamic head's K/V, gathered (B, D, kv, d)
+            keys, values = keys.index_select(1, dynamic_index), values.index_select(1, dynamic_index)
+        dynamic = layer.papa_cached_dynamic(call, query, keys, values, mask)  # (B, q, D, d)
         if layer.static_heads and new_valid is not None:  # as the full forward: padded query rows are 0
             dynamic = dynamic * new_valid[:, :, None, None].to(dynamic.dtype)
         parts.append(dynamic)

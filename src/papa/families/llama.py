@@ -25,6 +25,7 @@ PAPA's heads are the *query* heads (avgs.pt is [layers, query heads, T, T]):
 """
 
 import torch
+import torch.nn.functional as F
 
 from ..errors import PapaError
 from .base import Call, PapaAttention, additive_mask, attentions_requested, diagonal_validity
@@ -97,14 +98,20 @@ class PapaLlamaAttention(PapaAttention):
 
     def papa_cached_dynamic(self, call, query, key, value, mask):
         """The dynamic heads' output (B, q, D, d) for q new queries (B, D, q, d) over the cached keys and values
-        (B, D, kv, d) under `mask` (the layer's, or the causal band when the layer got None)."""
+        (B, D or fewer K/V heads read in groups, kv, d) under `mask` (the layer's, or the causal band when the layer
+        got None)."""
+        if key.shape[1] != query.shape[1] and self.softcap is not None:
+            repeat = query.shape[1] // key.shape[1]
+            key, value = key.repeat_interleave(repeat, dim=1), value.repeat_interleave(repeat, dim=1)
         if self.softcap is not None:
             scores = torch.tanh(torch.matmul(query, key.transpose(-1, -2)) * self.scaling / self.softcap) * self.softcap
             if mask is not None:
                 scores = scores + additive_mask(mask, scores.dtype)
             probs = scores.to(torch.promote_types(scores.dtype, torch.float32)).softmax(dim=-1).to(value.dtype)
             return torch.matmul(probs, value).transpose(1, 2)
-        return causal_sdpa(query, key, value, mask, self.scaling)
+        context = F.scaled_dot_product_attention(query, key, value, attn_mask=mask, scale=self.scaling,
+                                                 enable_gqa=key.shape[1] != query.shape[1])  # mask None: q = 1
+        return context.transpose(1, 2)
 
     def papa_scores(self, call):
         query, key = self._queries_keys(call)
