@@ -42,6 +42,7 @@ class ConstantState:
     valid: torch.Tensor  # (B, n) bool: their padding validity
     values: torch.Tensor  # (B, U, n, d): values of the K/V heads that only constant heads read
     seen: int  # positions cached so far
+    ranges: tuple = ()  # `positions` as ((lo, hi), ...) ranges, for trimming by slices
 
 
 def constant_states(cache):
@@ -56,16 +57,17 @@ def constant_states(cache):
 def _plan(layer, device):
     """(dynamic units, each dynamic head's index into them, constant-only units, each constant head's index into
     dynamic + constant-only units) as long tensors. A unit is an entry of `papa_unit_values`: a K/V head."""
-    plan = layer.__dict__.get("_papa_generation_plan")
-    if plan is None:
+    plans = layer.__dict__.setdefault("_papa_generation_plan", {})
+    if device not in plans:
         units = layer.papa_value_units.tolist()  # (H,) in the layout [dynamic | replaced]
         D = len(layer.dynamic_heads)
         dynamic = sorted(set(units[:D]))  # the K rows the pruned k_proj keeps are these, in this order
         constant = sorted(set(units[D:]) - set(dynamic))
         stored = dynamic + constant
         plan = (dynamic, [dynamic.index(u) for u in units[:D]], constant, [stored.index(u) for u in units[D:]])
-        layer.__dict__["_papa_generation_plan"] = plan
-    return tuple(torch.tensor(p, dtype=torch.long, device=device) for p in plan)
+        plan = tuple(torch.tensor(p, dtype=torch.long, device=device) for p in plan)
+        plans[device] = plan + (_grouped(plan[1]),)
+    return plans[device]
 
 
 def _grouped(dynamic_index):
@@ -149,7 +151,7 @@ def cached_context(layer, call, cache):
     _refuse(layer, call, cache)
     B, q, _ = call.hidden_states.shape
     device = call.hidden_states.device
-    dynamic_units, dynamic_index, constant_units, constant_index = _plan(layer, device)
+    dynamic_units, dynamic_index, constant_units, constant_index, grouped = _plan(layer, device)
     states = constant_states(cache)
     state = states.get(layer.layer_idx)
     if state is None and cache.get_seq_length(layer.layer_idx) > 0:
@@ -173,7 +175,7 @@ def cached_context(layer, call, cache):
         mask = call.attention_mask
         if mask is None and q > 1:  # the causal band of the last q keys (the fused kernel's is_causal is top-left)
             mask = torch.ones(q, kv, dtype=torch.bool, device=device).tril(kv - q)
-        if not _grouped(dynamic_index):  # each dynamic head's K/V, gathered (B, D, kv, d)
+        if not grouped:  # each dynamic head's K/V, gathered (B, D, kv, d)
             keys, values = keys.index_select(1, dynamic_index), values.index_select(1, dynamic_index)
         dynamic = layer.papa_cached_dynamic(call, query, keys, values, mask)  # (B, q, D, d)
         if layer.static_heads and new_valid is not None:  # as the full forward: padded query rows are 0
@@ -212,8 +214,11 @@ def _constant_context(layer, state, start, units, values, constant_units, consta
     out = torch.matmul(probs, head_values.to(dtype)).transpose(1, 2) * row_valid[:, :, None, None]  # (B, q, S, d)
     if layer.output_corrections is not None:  # mean_corrected: + c at each real position
         out = out + layer.output_corrections[:, start:total].transpose(0, 1).to(dtype)[None] * row_valid[:, :, None, None]
-    keep = still_needed(layer, positions, total)
-    return ConstantState(positions[keep], valid[:, keep], kept[:, :, keep], total), out.to(units.dtype)
+    held = state.ranges + ((start, total),)
+    keep = _slices(held, needed_ranges(layer, total))  # where the positions still needed lie, by slices
+    state = ConstantState(_take(positions, keep, 0), _take(valid, keep, 1), _take(kept, keep, 2), total,
+                          tuple(needed_ranges(layer, total)))
+    return state, out.to(units.dtype)
 
 
 def constant_weights(layer, queries, keys):
@@ -256,16 +261,40 @@ def constant_rows(layer, first, last):
     return torch.cat(parts, dim=1)
 
 
-def still_needed(layer, positions, seen):
-    """(n,) bool: the positions a constant head may still read from a query at position ≥ `seen`."""
-    keep = torch.ones_like(positions, dtype=torch.bool)
+def needed_ranges(layer, seen):
+    """[(lo, hi), ...]: the positions a constant head may still read from a query at a position ≥ `seen`, ascending:
+    a structured constant's sink and its last D − 1 positions, every position for full constants, within the
+    layer's sliding window."""
     if layer.head_mode == "structured":
         s, D = layer.structured_sink.shape[1], layer.structured_profile.shape[1]
-        keep = (positions < s) | (positions >= seen - D + 1)
+        ranges = [(0, min(s, seen)), (max(s, seen - D + 1), seen)]
+    else:
+        ranges = [(0, seen)]
     window = layer.papa_window
     if window is not None:
-        keep &= positions >= seen - window + 1
-    return keep
+        ranges = [(max(lo, seen - window + 1), hi) for lo, hi in ranges]
+    return [(lo, hi) for lo, hi in ranges if lo < hi]
+
+
+def _slices(held, wanted):
+    """[(a, b), ...]: where the positions of the ranges `wanted` lie in the array of the positions of `held` (both
+    ascending ranges; every wanted position held)."""
+    out, offset = [], 0
+    for lo, hi in held:
+        for a, b in wanted:
+            a, b = max(a, lo), min(b, hi)
+            if a < b:
+                out.append((offset + a - lo, offset + b - lo))
+        offset += hi - lo
+    return out
+
+
+def _take(x, slices, dim):
+    """x's entries along `dim` at the slices, concatenated (a view when there is one slice)."""
+    parts = [x.narrow(dim, a, b - a) for a, b in slices]
+    if not parts:
+        return x.narrow(dim, 0, 0)
+    return parts[0] if len(parts) == 1 else torch.cat(parts, dim)
 
 
 def _nbytes(tensor):
