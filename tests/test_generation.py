@@ -162,15 +162,15 @@ def test_full_constants_refuse_rows_they_do_not_have():
 def expected_bytes(batch, total, retained, element=4):
     """Per layer (keys, values, constant values, positions) of SOME with sink_window, from the arithmetic: a group
     with a dynamic head keeps K and V at every position, a group of constant heads only V at `retained` positions
-    (plus their position, 8 bytes, and validity, 1 byte per example)."""
+    (plus their validity, 1 byte per example: the eager model passes a mask)."""
     per_position = batch * D_HEAD * element  # one K/V head, one position
-    side = retained * 8 + batch * retained
+    side = batch * retained
     return [
         {"keys": per_position * total, "values": per_position * total,  # group 0 dynamic, group 1 constant
-         "constant_values": per_position * retained, "positions": side},
-        {"keys": 0, "values": 0, "constant_values": 2 * per_position * retained, "positions": side},  # all constant
+         "constant_values": per_position * retained, "validity": side},
+        {"keys": 0, "values": 0, "constant_values": 2 * per_position * retained, "validity": side},  # all constant
         {"keys": 2 * per_position * total, "values": 2 * per_position * total,  # head 1 constant, both groups kept
-         "constant_values": 0, "positions": side},
+         "constant_values": 0, "validity": side},
     ]
 
 
@@ -225,3 +225,17 @@ def test_refusals():
     gpt2 = patch_model(tiny_decoder("gpt2"), constants("full")["constant_matrices"].float(), static_heads=[[0, 1]])
     with pytest.raises(PapaError, match="GPT-2.*use_cache=False"):
         gpt2(input_ids=ids, use_cache=True)
+
+
+def test_reused_rows_past_the_window_equal_the_full_forward():
+    """Without padding (sdpa: no mask) a structured layer reuses its normalised rows once the retained positions
+    repeat relative to the query; 30 single-token steps past T against the full forward at length 34."""
+    model = patched("llama", "sink_window", SOME)
+    model.config._attn_implementation = "sdpa"
+    ids = torch.randint(5, 120, (1, 34), generator=torch.Generator().manual_seed(10))
+    with torch.no_grad():
+        full = model(input_ids=ids, use_cache=False).logits
+    steps, _ = stepped_logits(model, ids, torch.ones_like(ids), 4, [1] * 30)
+    assert_close(steps, full, rtol=1e-9, atol=1e-10)
+    rows = model.model.layers[1].self_attn.__dict__["_papa_rows"]
+    assert 0 < len(rows) < 10  # reused: far fewer entries than steps

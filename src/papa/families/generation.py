@@ -15,8 +15,9 @@ hidden states and a transformers cache. A patched layer keeps in it only what it
 - so a K/V head that only constant heads read keeps no key at all, and its values live in the layer's side state
   (`ConstantState`, in `cache.papa_constant_states`), trimmed to those positions after every step.
 
-Beside the retained positions the side state keeps their padding validity m ((B, n) bool): a new token's is the
-diagonal of the 4-D mask the layer receives (None: no padding). Positions count the cached sequence, left padding
+Beside the retained positions the side state keeps their padding validity m ((B, n) bool, once a mask has come): a
+new token's is the diagonal of the 4-D mask the layer receives (None: no padding). Without padding, a structured
+layer's normalised rows depend only on the retained positions relative to the query, and are reused across steps. Positions count the cached sequence, left padding
 included, as the full forward indexes its constants. Each step's output equals the patched model's full (no-cache)
 forward at those positions, up to the order of float sums (tests/test_generation.py).
 
@@ -38,11 +39,10 @@ from .constant_math import reduction_dtype, row_divisor
 class ConstantState:
     """What a layer's constant heads keep between steps, beside the transformers cache layer."""
 
-    positions: torch.Tensor  # (n,) long: retained key positions, ascending
-    valid: torch.Tensor  # (B, n) bool: their padding validity
+    valid: torch.Tensor | None  # (B, n) bool: the retained positions' padding validity (None: all real)
     values: torch.Tensor  # (B, U, n, d): values of the K/V heads that only constant heads read
     seen: int  # positions cached so far
-    ranges: tuple = ()  # `positions` as ((lo, hi), ...) ranges, for trimming by slices
+    ranges: tuple = ()  # the retained positions, ascending, as ((lo, hi), ...)
 
 
 def constant_states(cache):
@@ -167,9 +167,7 @@ def cached_context(layer, call, cache):
     kv = values.shape[-2]
     new_valid = _new_validity(call.attention_mask, B, q, kv)  # (B, q) or None
     if state is None:
-        state = ConstantState(torch.zeros(0, dtype=torch.long, device=device),
-                              torch.zeros(B, 0, dtype=torch.bool, device=device),
-                              units.new_zeros(B, len(constant_units), 0, units.shape[-1]), 0)
+        state = ConstantState(None, units.new_zeros(B, len(constant_units), 0, units.shape[-1]), 0)
     parts = []
     if layer.dynamic_heads:
         mask = call.attention_mask
@@ -194,31 +192,71 @@ def cached_context(layer, call, cache):
 def _constant_context(layer, state, start, units, values, constant_units, constant_index, new_valid):
     """(the state after this step, (B, q, S, d) the constant heads' output for positions [start, start + q)).
     values: (B, G', kv, d) the cache layer's values of the dynamic units, positions [start + q − kv, start + q)."""
-    B, _, q, _ = units.shape
+    B, _, q, d = units.shape
     total = start + q
-    device = units.device
-    new_positions = torch.arange(start, total, device=device)
-    if new_valid is None:
-        new_valid = torch.ones(B, q, dtype=torch.bool, device=device)
-    positions = torch.cat([state.positions, new_positions])  # (n,)
-    valid = torch.cat([state.valid, new_valid], dim=1)  # (B, n)
+    held = state.ranges + ((start, total),)  # the positions of `kept` and `valid`, ascending
     kept = torch.cat([state.values, units.index_select(1, constant_units)], dim=2)  # (B, U_c, n, d)
-    offset = total - values.shape[-2]  # the cache layer holds positions [offset, total)
-    reach = torch.cat([values.index_select(2, positions - offset), kept], dim=1)  # (B, U, n, d)
-    head_values = reach.index_select(1, constant_index)  # (B, S, n, d): each constant head's
+    valid = None
+    if state.valid is not None or new_valid is not None:  # None: every position so far real (no mask)
+        ones = torch.ones(B, q, dtype=torch.bool, device=units.device)
+        before = state.valid if state.valid is not None else ones.new_ones(B, kept.shape[2] - q)
+        valid = torch.cat([before, new_valid if new_valid is not None else ones], dim=1)  # (B, n)
     dtype = reduction_dtype(units.dtype)
-    weights = constant_weights(layer, new_positions, positions).to(dtype)  # (S, q, n)
-    weights = weights[None] * valid[:, None, None, :].to(dtype)  # (B, S, q, n): C·P on the real keys
-    probs = weights / row_divisor(weights.abs().sum(-1, keepdim=True))  # norm(C·P): an all-zero row stays 0
-    row_valid = new_valid.to(dtype)  # (B, q)
-    out = torch.matmul(probs, head_values.to(dtype)).transpose(1, 2) * row_valid[:, :, None, None]  # (B, q, S, d)
+    probs = _probabilities(layer, held, start, q, valid, dtype)  # (S, q, n) or (B, S, q, n)
+    U_d = values.shape[1]
+    own = constant_index - U_d  # each constant head's index into `kept`, when it reads no dynamic unit
+    if U_d == 0 or bool((own >= 0).all()):
+        heads_per_unit = len(own) // max(kept.shape[1], 1)
+        if kept.shape[1] and len(own) == heads_per_unit * kept.shape[1] and bool(
+                (own == torch.arange(len(own), device=own.device) // heads_per_unit).all()):
+            # each K/V head read by consecutive constant heads: (B, U_c, size, q, n) @ (B, U_c, 1, n, d), no gather
+            grouped = probs.reshape(-1, kept.shape[1], heads_per_unit, q, probs.shape[-1])
+            out = torch.matmul(grouped, kept.to(dtype)[:, :, None]).reshape(B, -1, q, d)  # (B, S, q, d)
+        else:
+            out = torch.matmul(probs, kept.index_select(1, own).to(dtype))
+    else:  # some constant heads read a K/V head the dynamic heads also read: its values from the cache layer
+        positions = torch.cat([torch.arange(lo, hi, device=units.device) for lo, hi in held])  # (n,)
+        offset = total - values.shape[-2]  # the cache layer holds positions [offset, total)
+        reach = torch.cat([values.index_select(2, positions - offset), kept], dim=1)  # (B, U, n, d)
+        out = torch.matmul(probs, reach.index_select(1, constant_index).to(dtype))  # (B, S, q, d)
+    out = out.transpose(1, 2)  # (B, q, S, d)
+    if new_valid is not None:  # padded query rows are 0, as norm(C·P) makes them
+        out = out * new_valid[:, :, None, None].to(dtype)
     if layer.output_corrections is not None:  # mean_corrected: + c at each real position
-        out = out + layer.output_corrections[:, start:total].transpose(0, 1).to(dtype)[None] * row_valid[:, :, None, None]
-    held = state.ranges + ((start, total),)
-    keep = _slices(held, needed_ranges(layer, total))  # where the positions still needed lie, by slices
-    state = ConstantState(_take(positions, keep, 0), _take(valid, keep, 1), _take(kept, keep, 2), total,
-                          tuple(needed_ranges(layer, total)))
+        bias = layer.output_corrections[:, start:total].transpose(0, 1).to(dtype)[None]  # (1, q, S, d)
+        out = out + (bias if new_valid is None else bias * new_valid[:, :, None, None].to(dtype))
+    ranges = tuple(needed_ranges(layer, total))
+    keep = _slices(held, ranges)  # where the positions still needed lie, by slices
+    state = ConstantState(None if valid is None else _take(valid, keep, 1), _take(kept, keep, 2), total, ranges)
     return state, out.to(units.dtype)
+
+
+def _probabilities(layer, held, start, q, valid, dtype):
+    """norm(C·P) rows for queries [start, start + q) over the positions of the ranges `held`: (S, q, n) without
+    padding, else (B, S, q, n). Without padding a structured layer's rows depend only on where the held positions
+    lie relative to the queries (and on the sink's absolute positions), so they are kept per layer and reused: a
+    decoding step past s + w reads the same rows every time."""
+    key = None
+    if valid is None and layer.head_mode == "structured":
+        s, window = layer.structured_sink.shape[1], layer.papa_window
+        relative = window is None and start >= s  # then every sink key is before the queries and in the band
+        key = (q, dtype, layer.structured_sink._version, layer.structured_profile._version,
+               tuple((lo, hi) if hi <= s and relative else (lo - start, hi - start) if lo >= s else (lo, hi, start)
+                     for lo, hi in held))
+        memo = layer.__dict__.setdefault("_papa_rows", {})
+        if key in memo:
+            return memo[key]
+    device = layer.papa_value_units.device
+    positions = torch.cat([torch.arange(lo, hi, device=device) for lo, hi in held])  # (n,)
+    weights = constant_weights(layer, torch.arange(start, start + q, device=device), positions).to(dtype)  # (S, q, n)
+    if valid is not None:
+        weights = weights[None] * valid[:, None, None, :].to(dtype)  # (B, S, q, n): C·P on the real keys
+    probs = weights / row_divisor(weights.abs().sum(-1, keepdim=True))  # norm(C·P): an all-zero row stays 0
+    if key is not None:
+        if len(memo) > 64:
+            memo.clear()
+        memo[key] = probs
+    return probs
 
 
 def constant_weights(layer, queries, keys):
@@ -304,12 +342,12 @@ def _nbytes(tensor):
 def cache_bytes(cache):
     """Per layer, the bytes a generation cache holds: {"keys", "values"} in the transformers cache layer (the
     dynamic heads' K/V heads), "constant_values" (the side state's values of K/V heads only constant heads read) and
-    "positions" (the side state's retained positions and validity). A stock model's cache has only the first two."""
+    "validity" (the retained positions' padding validity, kept once a mask has come). A stock model's cache has only the first two."""
     states = getattr(cache, "papa_constant_states", None) or {}
     report = []
     for index, layer in enumerate(cache.layers):
         state = states.get(index)
         report.append({"keys": _nbytes(getattr(layer, "keys", None)), "values": _nbytes(getattr(layer, "values", None)),
                        "constant_values": _nbytes(state.values) if state else 0,
-                       "positions": _nbytes(state.positions) + _nbytes(state.valid) if state else 0})
+                       "validity": _nbytes(state.valid) if state else 0})
     return report
