@@ -240,7 +240,7 @@ def _probabilities(layer, held, start, q, valid, dtype):
     if valid is None and layer.head_mode == "structured":
         s, window = layer.structured_sink.shape[1], layer.papa_window
         relative = window is None and start >= s  # then every sink key is before the queries and in the band
-        key = (q, dtype, layer.structured_sink._version, layer.structured_profile._version,
+        key = (q, dtype, layer.structured_sink.device, layer.structured_sink._version, layer.structured_profile._version,
                tuple((lo, hi) if hi <= s and relative else (lo - start, hi - start) if lo >= s else (lo, hi, start)
                      for lo, hi in held))
         memo = layer.__dict__.setdefault("_papa_rows", {})
