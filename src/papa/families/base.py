@@ -48,6 +48,9 @@ Adapter hooks (all take the `Call` made by `papa_call` from the stock forward's 
                                                by `papa_head_order`: row offset + h·d + [0, d) of head h, along
                                                `dim`, 0 unless given; [] when values are gathered per call)
     papa_band(seq_len) -> (T, T) or None       where a constant head may attend (sliding windows, causal band)
+    generation with a key/value cache (papa/families/generation.py; decoders that put the cache in
+    `call.extra["cache"]`): papa_unit_values(call) -> (B, T, U, d), papa_value_units (H,), papa_rotated(call),
+    papa_cached_dynamic(call, q, k, v, mask), papa_window
     papa_dropout_p                             attention-probability dropout
 """
 
@@ -55,7 +58,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from . import structured
+from . import generation, structured
 from .block_triangle import BlockTriangle, dense
 from .call_cache import constant_facts, shared_validity
 from .constant_math import (add_corrections, constant_attention_output, constants_in, dropped_constant_output, in_place_ok,
@@ -154,6 +157,8 @@ class PapaAttention(HeadLayout):
         if self.papa_layout_pending:
             raise PapaError("this PAPA layer's heads are not laid out yet: call papa.method.attention.reorder_heads(model)")
         call = self.papa_call(*args, **kwargs)
+        if call.extra.get("cache") is not None:  # generation: new tokens over a key/value cache
+            return self.papa_return(call, generation.cached_context(self, call, call.extra["cache"]), None)
         B, T, _ = call.hidden_states.shape
         self._check_length(T)
         values = self.papa_values(call)  # (B, T, H, d)

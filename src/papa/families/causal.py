@@ -7,8 +7,8 @@ under sdpa without padding and without a window shorter than T, where it passes 
 `is_causal` applies the band. A constant head attends inside the same band: its matrix is multiplied by
 `causal_band` before the padding pattern, so it never attends to the future.
 
-PAPA here is a full-sequence forward (training, evaluation, averaging), as in the original: a key/value
-cache (generation) is refused with one clear error.
+PAPA is a full-sequence forward (training, evaluation, averaging), as in the original. The Llama-family adapter
+also generates with a key/value cache (papa/families/generation.py); GPT-2's refuses one with one clear error.
 """
 
 import torch
@@ -27,11 +27,11 @@ def causal_band(seq_len, sliding_window=None):
 
 
 def refuse_cache(cache, kwargs):
-    """A clear error when a key/value cache reaches a PAPA-patched decoder layer."""
+    """A clear error when a key/value cache reaches a PAPA-patched layer of a family that has no cached path."""
     if cache is not None or kwargs.get("past_key_values") is not None:
-        raise PapaError("PAPA-patched decoders run full-sequence forwards only (training, evaluation, averaging): "
-                        "pass use_cache=False and no past_key_values (generation with a key/value cache is not "
-                        "supported)")
+        raise PapaError("this PAPA-patched decoder family (GPT-2) runs full-sequence forwards only: pass "
+                        "use_cache=False and no past_key_values (generation with a key/value cache is supported for "
+                        "the Llama-family decoders: Llama, Mistral, Qwen2/3, Gemma2/3, Granite, SmolLM2/3)")
 
 
 def masked_scores(scores, attention_mask):

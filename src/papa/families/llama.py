@@ -25,10 +25,11 @@ PAPA's heads are the *query* heads (avgs.pt is [layers, query heads, T, T]):
 """
 
 import torch
+import torch.nn.functional as F
 
 from ..errors import PapaError
-from .base import Call, PapaAttention, attentions_requested, diagonal_validity
-from .causal import causal_band, causal_sdpa, masked_scores, refuse_cache
+from .base import Call, PapaAttention, additive_mask, attentions_requested, diagonal_validity
+from .causal import causal_band, causal_sdpa, masked_scores
 from .pruning import keep_head_rows
 
 
@@ -39,8 +40,9 @@ class PapaLlamaAttention(PapaAttention):
     softcap = None  # attention-logit soft-capping of the dynamic heads (Gemma2)
 
     def papa_call(self, hidden_states, position_embeddings=None, attention_mask=None, cache=None, **kwargs):
-        refuse_cache(cache, kwargs)
-        return Call(hidden_states, attention_mask, attentions_requested(kwargs), {"rotary": position_embeddings})
+        cache = cache if cache is not None else kwargs.get("past_key_values")  # generation (papa/families/generation.py)
+        return Call(hidden_states, attention_mask, attentions_requested(kwargs),
+                    {"rotary": position_embeddings, "cache": cache})
 
     @property
     def papa_dropout_p(self):
@@ -51,11 +53,22 @@ class PapaLlamaAttention(PapaAttention):
         return self.num_key_value_groups
 
     def papa_values(self, call):
-        B, T, _ = call.hidden_states.shape
-        values = self.v_proj(call.hidden_states).view(B, T, -1, self.head_dim)  # (B, T, G, d)
+        values = self.papa_unit_values(call)  # (B, T, G, d)
         if self._groups == 1:
             return values
         return values.index_select(2, self.papa_value_groups)  # (B, T, H, d): each query head's group, laid out
+
+    def papa_unit_values(self, call):
+        """The value projection's output per K/V head, (B, T, G, d) (with G = H: already in the layout)."""
+        B, T, _ = call.hidden_states.shape
+        return self.v_proj(call.hidden_states).view(B, T, -1, self.head_dim)
+
+    @property
+    def papa_value_units(self):
+        """(H,): the entry of `papa_unit_values` each head of the layout reads."""
+        if self._groups == 1:
+            return torch.arange(len(self.papa_value_groups), device=self.papa_value_groups.device)
+        return self.papa_value_groups
 
     def papa_validity(self, call):
         B, T, _ = call.hidden_states.shape
@@ -63,6 +76,13 @@ class PapaLlamaAttention(PapaAttention):
 
     def _queries_keys(self, call):
         """Rotated queries (B, D, T, d) of the dynamic heads and keys (B, D, T, d) of their K/V groups."""
+        query, key = self.papa_rotated(call)
+        if self._groups > 1:
+            key = key.index_select(1, self.papa_key_groups)  # (B, D, T, d): each dynamic head's group
+        return query, key
+
+    def papa_rotated(self, call):
+        """Rotated queries (B, D, T, d) of the dynamic heads and keys (B, G', T, d) of the K/V heads they read."""
         from transformers.models.llama.modeling_llama import apply_rotary_pos_emb  # the same in every family here
 
         B, T, _ = call.hidden_states.shape
@@ -74,9 +94,24 @@ class PapaLlamaAttention(PapaAttention):
         if getattr(self, "use_rope", True):  # SmolLM3 leaves out the rotation in some layers
             cos, sin = call.extra["rotary"]
             query, key = apply_rotary_pos_emb(query, key, cos, sin)
-        if self._groups > 1:
-            key = key.index_select(1, self.papa_key_groups)  # (B, D, T, d): each dynamic head's group
         return query, key
+
+    def papa_cached_dynamic(self, call, query, key, value, mask):
+        """The dynamic heads' output (B, q, D, d) for q new queries (B, D, q, d) over the cached keys and values
+        (B, D or fewer K/V heads read in groups, kv, d) under `mask` (the layer's, or the causal band when the layer
+        got None)."""
+        if key.shape[1] != query.shape[1] and self.softcap is not None:
+            repeat = query.shape[1] // key.shape[1]
+            key, value = key.repeat_interleave(repeat, dim=1), value.repeat_interleave(repeat, dim=1)
+        if self.softcap is not None:
+            scores = torch.tanh(torch.matmul(query, key.transpose(-1, -2)) * self.scaling / self.softcap) * self.softcap
+            if mask is not None:
+                scores = scores + additive_mask(mask, scores.dtype)
+            probs = scores.to(torch.promote_types(scores.dtype, torch.float32)).softmax(dim=-1).to(value.dtype)
+            return torch.matmul(probs, value).transpose(1, 2)
+        context = F.scaled_dot_product_attention(query, key, value, attn_mask=mask, scale=self.scaling,
+                                                 enable_gqa=key.shape[1] != query.shape[1])  # mask None: q = 1
+        return context.transpose(1, 2)
 
     def papa_scores(self, call):
         query, key = self._queries_keys(call)
@@ -125,11 +160,16 @@ class PapaLlamaAttention(PapaAttention):
             return []  # values are gathered per query head in layout order (module docstring)
         return [(self.v_proj, "weight", 0), (self.v_proj, "bias", 0)]
 
-    def papa_band(self, seq_len):
-        # Mistral-like modules read the window from the config; Qwen2/Qwen3/Gemma2 set it per layer (None: global)
+    @property
+    def papa_window(self):
+        """The layer's sliding window, or None. Mistral-like modules read it from the config; Qwen2/Qwen3/Gemma2
+        set it per layer (None: global)."""
         if hasattr(self, "sliding_window"):
-            return causal_band(seq_len, self.sliding_window)
-        return causal_band(seq_len, getattr(self.config, "sliding_window", None))
+            return self.sliding_window
+        return getattr(self.config, "sliding_window", None)
+
+    def papa_band(self, seq_len):
+        return causal_band(seq_len, self.papa_window)
 
 
 class PapaGemma2Attention(PapaLlamaAttention):
