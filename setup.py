@@ -27,8 +27,8 @@ setup(
     extras_require={
         # papa.interop's hooks for TransformerLens's TransformerBridge (docs/api.md); papa itself never imports it
         "transformer-lens": ["transformer-lens>=4.3,<5"],
-        # lm-evaluation-harness: the model type `papa`, the offline tasks and --lm_eval_tasks (pip install -e '.[lm_eval]')
-        "lm_eval": ["lm_eval==0.4.13"],
+        # lm-evaluation-harness: the model type `papa`, the offline tasks and --lm_eval_tasks (pip install -e '.[lm-eval]')
+        "lm-eval": ["lm_eval==0.4.13"],
     },
     entry_points={
         "console_scripts": [
@@ -39,7 +39,7 @@ setup(
             "papa-ner-avgs=papa.cli.ner_avgs:main",
             "papa-benchmark=papa.cli.benchmark:main",
             "papa-compare=papa.cli.compare:main",
-            "papa-lm-eval=papa.cli.lm_eval_cli:main",  # lm-eval's command with the model type papa (extra lm_eval)
+            "papa-lm-eval=papa.cli.lm_eval_cli:main",  # lm-eval's command with the model type papa (extra lm-eval)
         ],
     },
 )

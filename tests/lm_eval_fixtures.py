@@ -17,7 +17,7 @@ from papa.sweep.controls import random_order
 T = 16
 LAYERS, HEADS = 3, 4
 needs_lm_eval = pytest.mark.skipif(importlib.util.find_spec("lm_eval") is None,
-                                   reason="lm-eval is not installed (pip install -e '.[lm_eval]')")
+                                   reason="lm-eval is not installed (pip install -e '.[lm-eval]')")
 
 
 def save_papa_files(folder, seed=0):

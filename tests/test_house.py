@@ -179,3 +179,26 @@ def test_sentence_transformers_is_never_imported():
              "papa.default_model_path()\n"
              "assert not any(m.startswith('sentence_transformers') for m in sys.modules)\n")
     subprocess.run([sys.executable, "-c", probe], check=True)
+
+
+def declared_extras():
+    """The keys of setup.py's extras_require, read from its syntax tree (setup.py is not run)."""
+    tree = ast.parse((REPO / "setup.py").read_text(encoding="utf-8"))
+    for node in ast.walk(tree):
+        if isinstance(node, ast.keyword) and node.arg == "extras_require":
+            return [key.value for key in node.value.keys]
+    raise AssertionError("setup.py has no extras_require")
+
+
+def test_extras_are_declared_in_their_normalized_name_and_installed_as_declared():
+    """setuptools writes an extra in its normalized name (PEP 685: lower case, runs of -_. as one -), and a pip
+    that does not normalize what it is asked for (23.2, a fresh venv's) answers `.[lm_eval]` with a warning and
+    installs nothing: so each extra is declared in that name, and every install command of README, docs/ and
+    src/ names a declared extra exactly."""
+    extras = declared_extras()
+    assert extras and all(name == re.sub(r"[-_.]+", "-", name).lower() for name in extras), extras
+    files = [REPO / "README.md", REPO / "setup.py", *(REPO / "docs").rglob("*.md"), *SRC.rglob("*.py")]
+    asked = {(str(path.relative_to(REPO)), name) for path in files
+             for name in re.findall(r"pip install [^`\n]*?(?:\.|papa-attention)\[([^\]]+)\]", path.read_text())}
+    assert asked, "no install command of an extra found: the pattern is out of date"
+    assert {(path, name) for path, name in asked if name not in extras} == set()

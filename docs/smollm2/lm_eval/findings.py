@@ -4,7 +4,8 @@
         --data_dir ../shared/data --limit 200 --ks 0 68 135 --work_dir /tmp/smollm2_lm_eval
 
 Each k is scored once through the model type `papa` (papa.evaluation.harness.PapaLM) into WORK_DIR/k_<k>/
-(lm_eval_results.json, lm_eval_samples.jsonl; a finished k is not redone); then results.md and results.csv are
+(lm_eval_results.json, lm_eval_samples.jsonl; a task scored at a k is not redone, one added later goes into a
+subfolder); then results.md and results.csv are
 written beside this script: per task, metric and k, lm-eval's value with a 95% interval (± 1.96 of its standard
 error), the change against k = 0 with a 95% paired bootstrap interval over the documents, and, at k = 0, whether
 the model is distinguishable from chance (the majority label's rate among the documents scored; MCC 0).
@@ -20,18 +21,34 @@ TASKS = ["papa_sst2", "papa_cola", "papa_mrpc", "papa_qnli", "papa_wnli", "papa_
 GLUE = {"papa_sst2": "sst2", "papa_cola": "cola", "papa_mrpc": "mrpc", "papa_qnli": "qnli", "papa_wnli": "wnli"}
 
 
+def scored_folders(folder):
+    """`folder` and its subfolders that hold lm-eval scores (a task added later is scored into a subfolder)."""
+    subs = sorted(os.path.join(folder, name) for name in os.listdir(folder)) if os.path.isdir(folder) else []
+    return [f for f in [folder, *subs] if os.path.isfile(os.path.join(f, "lm_eval_results.json"))]
+
+
 def score(args, k):
+    """(results, samples) of every task at k: the tasks not scored yet in WORK_DIR/k_<k>/ (or a subfolder) are
+    scored, into k_<k>/ itself, or into k_<k>/<their names>/ when k_<k>/ holds others already."""
     from papa.evaluation.harness import PapaLM
     from papa.evaluation.scoring import evaluate_tasks, write_scores
+    from papa.sweep.lm_eval_table import read_run
 
     folder = os.path.join(args.work_dir, f"k_{k}")
-    if os.path.isfile(os.path.join(folder, "lm_eval_results.json")):
-        return folder
-    lm = PapaLM(pretrained=args.model, static_heads_dir=args.static_heads_dir, sorting_heads_dir=args.sorting_heads_dir,
-                static_heads_num=k, batch_size=args.batch_size)
-    results, samples, counts = evaluate_tasks(lm, args.tasks, args.data_dir, args.limit)
-    write_scores(results, samples, counts, folder, tasks=args.tasks, limit=args.limit, k=k, model=args.model)
-    return folder
+    runs = [read_run(f) for f in scored_folders(folder)]
+    missing = [t for t in args.tasks if not any(t in results for results, _ in runs)]
+    if missing:
+        target = os.path.join(folder, "+".join(missing)) if runs else folder
+        lm = PapaLM(pretrained=args.model, static_heads_dir=args.static_heads_dir,
+                    sorting_heads_dir=args.sorting_heads_dir, static_heads_num=k, batch_size=args.batch_size)
+        results, samples, counts = evaluate_tasks(lm, missing, args.data_dir, args.limit)
+        write_scores(results, samples, counts, target, tasks=missing, limit=args.limit, k=k, model=args.model)
+        runs.append(read_run(target))
+    merged = ({}, {})
+    for results, samples in runs:
+        merged[0].update(results)
+        merged[1].update(samples)
+    return merged
 
 
 def majority_rate(task, data_dir, n):
@@ -59,9 +76,7 @@ def main(argv=None):
 
     from papa.evaluation.sample_metrics import paired_change
     from papa.sweep.intervals import change_text
-    from papa.sweep.lm_eval_table import read_run
-
-    runs = {k: read_run(score(args, k)) for k in args.ks}
+    runs = {k: score(args, k) for k in args.ks}
     rows = []
     for task in args.tasks:
         results0, samples0 = runs[args.ks[0]]

@@ -290,3 +290,12 @@ def load_sequence_task(task, data_dir=None, train_file=None, validation_file=Non
                                  f"{dataset_name or task.hub[0]} {split}", labels)
             loaded[split] = datasets.Dataset.from_dict(data, features=_sequence_features(task, labels))
     return datasets.DatasetDict({s: loaded[s] for s in splits})
+
+
+def read_glue_split(task, data_dir, split="validation") -> datasets.Dataset:
+    """One split of a GLUE task folder's official files, alone: MNLI's "validation" is dev_matched.tsv without
+    dev_mismatched.tsv, which load_sequence_task would add (and require)."""
+    task = get_task(task, "sequence")
+    labels = not split.startswith("test")
+    data = read_glue_tsv(_glue_dir_file(data_dir, task, split), task, labels)
+    return datasets.Dataset.from_dict(data, features=_sequence_features(task, labels))

@@ -9,7 +9,7 @@
 - `papa.evaluation.scoring`: evaluate a model on those tasks and write lm_eval_results.json (the probing runs'
   `--lm_eval_tasks`, the sweep's).
 
-lm-eval is an optional dependency (`pip install -e .[lm_eval]`): nothing here imports it until it is used, and
+lm-eval is an optional dependency (`pip install -e .[lm-eval]`): nothing here imports it until it is used, and
 `require_lm_eval` says how to install it.
 """
 
@@ -17,7 +17,7 @@ import os
 
 TASKS_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "tasks")  # for lm-eval's --include_path
 LM_EVAL_VERSION = "0.4.13"
-INSTALL_HINT = f"pip install -e '.[lm_eval]' in the repository (or pip install lm_eval=={LM_EVAL_VERSION})"
+INSTALL_HINT = f"pip install -e '.[lm-eval]' in the repository (or pip install lm_eval=={LM_EVAL_VERSION})"
 
 
 def require_lm_eval():

@@ -14,7 +14,7 @@ import re
 
 from datasets import Dataset, DatasetDict
 
-from ..data.glue import load_sequence_task
+from ..data.glue import read_glue_split
 from ..data.lm import glue_sentences, read_text_file
 from ..data.task_folders import resolve_data_dir
 from ..data.tasks import get_task
@@ -39,7 +39,7 @@ def glue_validation(papa_task, data_dir=None, **_):
     """{"validation": the dev set of GLUE task `papa_task` (sst2, cola, ...)}: its text columns and label ids."""
     task = get_task(papa_task)
     folder = resolve_data_dir(data_root(data_dir), task, True)
-    return DatasetDict(validation=load_sequence_task(task, data_dir=folder, splits=("validation",))["validation"])
+    return DatasetDict(validation=read_glue_split(task, folder, "validation"))  # MNLI: dev_matched.tsv alone
 
 
 def text_documents(papa_task=None, text_file=None, data_dir=None, **_):

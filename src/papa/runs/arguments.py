@@ -222,7 +222,7 @@ class DataArguments:
     )
     lm_eval_tasks: list[str] | None = field(default=None, metadata={
         "help": "lm tasks: after --do_eval, also score the model with these lm-eval tasks (papa_sst2, papa_lm_qnli, "
-                "...: docs/lm_eval.md) into lm_eval_results.json. Needs lm-eval (pip install -e '.[lm_eval]')."})
+                "...: docs/lm_eval.md) into lm_eval_results.json. Needs lm-eval (pip install -e '.[lm-eval]')."})
     lm_eval_limit: int | None = field(default=None, metadata={"help": "--lm_eval_tasks: the first N documents of each."})
     lm_eval_data_dir: str | None = field(default=None, metadata={
         "help": "--lm_eval_tasks: the data root they read (holding glue/SST-2/dev.tsv, ...); default --data_dir."})

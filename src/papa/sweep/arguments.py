@@ -110,7 +110,7 @@ class SweepArguments:
     lm_eval_tasks: list[str] | None = field(default=None, metadata={
         "nargs": "+", "help": "lm tasks: also score every k (and every control) with these lm-eval tasks (papa_sst2 "
         "papa_cola papa_mrpc papa_qnli papa_mnli papa_wnli papa_lm_qnli ..., reading --data_dir; docs/lm_eval.md) "
-        "beside the sweep's metric, in results.md/csv and lm_eval.png. Needs lm-eval (pip install -e '.[lm_eval]')."})
+        "beside the sweep's metric, in results.md/csv and lm_eval.png. Needs lm-eval (pip install -e '.[lm-eval]')."})
     lm_eval_limit: int | None = field(default=None, metadata={
         "help": "--lm_eval_tasks: score the first N documents of each task only."})
     lm_eval_data_dir: str | None = field(default=None, metadata={
