@@ -33,7 +33,7 @@ def test_lm_eval_absent_says_how_to_install(monkeypatch):
 
     monkeypatch.setitem(sys.modules, "lm_eval", None)  # import lm_eval now raises ImportError
     for call in (require_lm_eval, lambda: lm_eval_model("smollm2")):
-        with pytest.raises(PapaError, match=r"not installed: pip install -e '\.\[lm_eval\]'"):
+        with pytest.raises(PapaError, match=r"not installed: pip install -e '\.\[lm-eval\]'"):
             call()
 
 

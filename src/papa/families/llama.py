@@ -33,6 +33,14 @@ from .causal import causal_band, causal_sdpa, masked_scores
 from .pruning import keep_head_rows
 
 
+def layer_window(module):
+    """An attention layer's sliding window, or None. Mistral-like modules read it from the config; Qwen2/Qwen3/Gemma2
+    set it per layer (None: global)."""
+    if hasattr(module, "sliding_window"):
+        return module.sliding_window
+    return getattr(module.config, "sliding_window", None)
+
+
 class PapaLlamaAttention(PapaAttention):
     """Adapter for `LlamaAttention` and its copies (`forward(hidden_states, position_embeddings,
     attention_mask, cache=None, **kwargs)`)."""
@@ -162,14 +170,11 @@ class PapaLlamaAttention(PapaAttention):
 
     @property
     def papa_window(self):
-        """The layer's sliding window, or None. Mistral-like modules read it from the config; Qwen2/Qwen3/Gemma2
-        set it per layer (None: global)."""
-        if hasattr(self, "sliding_window"):
-            return self.sliding_window
-        return getattr(self.config, "sliding_window", None)
+        return layer_window(self)
 
     def papa_band(self, seq_len):
-        return causal_band(seq_len, self.papa_window)
+        # `self` may be a stock attention module (papa.interop calls it unbound): read the window from it directly
+        return causal_band(seq_len, layer_window(self))
 
 
 class PapaGemma2Attention(PapaLlamaAttention):
