@@ -5,6 +5,7 @@ import pytest
 import torch
 from torch.testing import assert_close
 
+from papa.families import attention_modules
 from papa.families.structured import causal_convolution, dense, structured_output
 from papa.method.averaging import accumulate_attention
 from papa.method.structured_averaging import (StructuredAverager, causal_pair_counts, diagonal_sums,
@@ -194,16 +195,25 @@ def test_structured_heads_equal_full_constants_at_every_length(name, seq_len, ff
     from papa.families import structured as structured_module
 
     monkeypatch.setattr(structured_module, "FFT_MIN_LENGTH", fft_from)
+    products = []  # which layers ran the FFT product
+    fft_product = structured_module.structured_output
+    monkeypatch.setattr(structured_module, "structured_output",
+                        lambda *args: products.append(args) or fft_product(*args))
 
     sink, profile = random_structured()
     stock = tiny_decoder(name)
     structured = patch_model(copy.deepcopy(stock), static_heads=STATIC, structured=(sink, profile))
+    # the FFT covers every layer with constant heads and no window shorter than the sequence (at every length
+    # when forced on); windowed layers materialise their matrices
+    unwindowed = [layer for layer, module in enumerate(attention_modules(structured))
+                  if layer in STATIC and (module.papa_window is None or module.papa_window >= seq_len)]
     full = patch_model(copy.deepcopy(stock), full_at(sink, profile, seq_len), static_heads=STATIC)
     ids, mask = right_padded_batch(lengths=(seq_len, 5, 3))
     ids, mask = ids[:, :seq_len], mask[:, :seq_len]
     with torch.no_grad():
         assert_close(structured(ids, attention_mask=mask).logits, full(ids, attention_mask=mask).logits,
                      rtol=1e-4, atol=1e-5)
+        assert len(products) == (len(unwindowed) if fft_from == 1 else 0)
         a = structured(ids, attention_mask=mask, output_attentions=True)
         b = full(ids, attention_mask=mask, output_attentions=True)
         assert_close(a.logits, b.logits, rtol=1e-4, atol=1e-5)

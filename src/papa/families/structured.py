@@ -95,8 +95,10 @@ FFT_MIN_LENGTH = 1024
 
 
 def uses_fft(layer, seq_len):
-    """Whether a structured layer's constant heads run the FFT product at this length."""
-    return seq_len >= FFT_MIN_LENGTH and layer.papa_band(seq_len) is None
+    """Whether a structured layer's constant heads run the FFT product at this length: from FFT_MIN_LENGTH on, where
+    no sliding window shorter than the sequence cuts the causal band (the convolution covers the whole band)."""
+    window = layer.papa_window
+    return seq_len >= FFT_MIN_LENGTH and (window is None or window >= seq_len)
 
 
 def layer_matrices(layer, seq_len):
