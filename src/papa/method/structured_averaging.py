@@ -14,14 +14,12 @@ examples, and this is the plain Frobenius fit. (tests/test_structured.py checks 
 solve on full averages.)
 
 `StructuredAverager` has the `add_batch` / `add_attention` interface of `AttentionAverager`, so the averaging pass's
-hooks feed either (papa.method.averaging.accumulate_attention's `averager=`). Per batch it sums the layer's
-probabilities over the batch, as the full pass does, and keeps only that matrix's S column sums and T diagonal
-sums: O(L·H·T) numbers however long the context.
+hooks feed either (papa.method.averaging.accumulate_attention's `averager=`). Per batch it reads the layer's
+probabilities' S sink columns and T diagonals under the padding pattern, summed over the batch, and keeps only
+those: O(L·H·T) numbers however long the context, and no T × T tensor beside the probabilities the eager layer makes.
 """
 
 import torch
-
-from ..families.constant_math import padding_pattern
 
 
 def causal_pair_counts(valid, sink_len):
@@ -68,10 +66,20 @@ class StructuredAverager:
 
     @torch.no_grad()
     def add_attention(self, layer, probs, valid):
-        """probs: (B, H, T, T) of one layer; valid: (B, T) float."""
-        summed = (probs * padding_pattern(valid.to(probs.dtype))).sum(0, dtype=torch.float32)  # (H, T, T)
-        self.sink_sums[layer] += summed[:, :, :self.sink_len].sum(1, dtype=torch.float64).to(self.sink_sums.device)
-        self.profile_sums[layer] += diagonal_sums(summed, self.sink_len).to(self.profile_sums.device)
+        """probs: (B, H, T, T) of one layer; valid: (B, T) float. Reads the S sink columns and the T diagonals of
+        every example's probabilities under its padding pattern m_i m_j straight from `probs`, without a masked or
+        batch-summed (B or 1, H, T, T) copy: at long T the layer's own probabilities stay the pass's only T × T
+        tensor (at T = 8 192 each such tensor of SmolLM2 is 2.4 GB)."""
+        S, T = self.sink_len, probs.shape[-1]
+        m = valid.to(probs.dtype)  # (B, T): 0/1, so every product below is exact in probs' dtype
+        sink = probs[..., :S] * (m[:, None, :, None] * m[:, None, None, :S])  # (B, H, T, S): rows i, sink keys j
+        self.sink_sums[layer] += sink.sum((0, 2), dtype=torch.float64).to(self.sink_sums.device)
+        profile = torch.zeros(probs.shape[1], T, dtype=torch.float64, device=probs.device)  # (H, T)
+        for d in range(T - S):  # diagonal d: (i, j) = (k + d, k); keys j = k ≥ S
+            pairs = m[:, S + d:] * m[:, S:T - d]  # (B, T − S − d): m_i m_{i−d}
+            profile[:, d] = (probs.diagonal(-d, dim1=-2, dim2=-1)[..., S:] * pairs[:, None]).sum((0, 2),
+                                                                                               dtype=torch.float64)
+        self.profile_sums[layer] += profile.to(self.profile_sums.device)
 
     def add_outputs(self, layer, context, valid):
         raise ValueError("structured constants record no head outputs (mean_outputs needs the full averager)")
