@@ -10,7 +10,7 @@ from torch.testing import assert_close
 from transformers import DynamicCache, StaticCache
 
 from papa.errors import PapaError
-from papa.families import block_triangle
+from papa.families import attention_modules, block_triangle
 from papa.families.generation import cache_bytes
 from papa.method.attention import patch_model
 from papa.method.structured_averaging import sink_window
@@ -70,11 +70,11 @@ def stepped_logits(model, ids, mask, prompt, chunks):
 @pytest.mark.parametrize("impl", ["eager", "sdpa"])
 @pytest.mark.parametrize("static", ["none", "some", "all"])
 @pytest.mark.parametrize("kind", ["full", "full_strips", "toeplitz", "sink_window"])
-@pytest.mark.parametrize("name", ["llama", "mistral", "gemma3_text"])
+@pytest.mark.parametrize("name", ["llama", "mistral", "gemma3_text", "gpt2"])
 def test_each_step_equals_the_full_forward(name, kind, static, impl, monkeypatch):
     """Prompt of 5, one step of 3 tokens, then single tokens to T: every real position's logits equal the full
     forward's, in a left-padded batch (Mistral and Gemma 3: sliding windows of 4, shorter than T; full_strips: the
-    constants held as block-row strips)."""
+    constants held as block-row strips; GPT-2: each head its own K/V head, learned positions)."""
     if static == "none" and kind != "full":
         pytest.skip("no constant head: the kind plays no part")
     if kind == "full_strips":
@@ -82,7 +82,7 @@ def test_each_step_equals_the_full_forward(name, kind, static, impl, monkeypatch
     model = patched(name, kind, STATIC[static])
     model.config._attn_implementation = impl
     if kind == "full_strips":
-        assert model.model.layers[1].self_attn.papa_block == 4
+        assert attention_modules(model)[1].papa_block == 4
     ids, mask = left_padded()
     with torch.no_grad():
         full = model(input_ids=ids, attention_mask=mask, use_cache=False).logits
@@ -222,9 +222,28 @@ def test_refusals():
     mixed = patch_model(tiny_decoder("llama"), constants("full")["constant_matrices"].float(), mix_all_heads=True)
     with pytest.raises(PapaError, match="mix mode"):
         mixed(input_ids=ids, use_cache=True)
-    gpt2 = patch_model(tiny_decoder("gpt2"), constants("full")["constant_matrices"].float(), static_heads=[[0, 1]])
-    with pytest.raises(PapaError, match="GPT-2.*use_cache=False"):
-        gpt2(input_ids=ids, use_cache=True)
+    with torch.no_grad():
+        model(input_ids=ids, cache=(cache := DynamicCache(config=model.config)), use_cache=True)
+    with pytest.raises(PapaError, match="cannot be edited with crop.*beam search work"):
+        cache.crop(2)
+
+
+@pytest.mark.parametrize("name, kind", [("llama", "sink_window"), ("gpt2", "toeplitz"), ("gemma3_text", "toeplitz")])
+def test_beam_search_equals_beam_search_without_a_cache(name, kind):
+    """Beam search reorders the cache after every step; the constant heads' side state must follow it. Against the
+    same beam search with use_cache=False (every step a full forward over the whole sequence), on a left-padded
+    batch of two prompts: the same sequences and the same scores."""
+    model = patched(name, kind, SOME)
+    ids, mask = left_padded(pad=2)
+    ids, mask = ids[:, :5], mask[:, :5]
+    new = 10  # past T: structured constants (use_cache=False runs the full forward at every length)
+    common = dict(attention_mask=mask, max_new_tokens=new, min_new_tokens=new, num_beams=3, num_return_sequences=2,
+                  do_sample=False, pad_token_id=0, return_dict_in_generate=True, output_scores=True)
+    cached = model.generate(ids, use_cache=True, **common)
+    full = model.generate(ids, use_cache=False, **common)
+    assert sum(layer["constant_values"] for layer in cache_bytes(cached.past_key_values)) > 0
+    assert torch.equal(cached.sequences, full.sequences)
+    assert_close(cached.sequences_scores, full.sequences_scores, rtol=1e-9, atol=1e-10)
 
 
 def test_reused_rows_past_the_window_equal_the_full_forward():

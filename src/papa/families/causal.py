@@ -1,4 +1,4 @@
-"""What every decoder (causal) adapter shares: the causal band, the masks it may receive, no KV cache.
+"""What every decoder (causal) adapter shares: the causal band and the masks it may receive.
 
 A decoder layer lets query i attend key j when j ≤ i (and, in a sliding-window layer, i − j < window, as
 transformers' `sliding_window_overlay` does: kv_idx > q_idx − window), and the key is a real token. The
@@ -7,14 +7,13 @@ under sdpa without padding and without a window shorter than T, where it passes 
 `is_causal` applies the band. A constant head attends inside the same band: its matrix is multiplied by
 `causal_band` before the padding pattern, so it never attends to the future.
 
-PAPA is a full-sequence forward (training, evaluation, averaging), as in the original. The Llama-family adapter
-also generates with a key/value cache (papa/families/generation.py); GPT-2's refuses one with one clear error.
+PAPA is a full-sequence forward (training, evaluation, averaging), as in the original. Every decoder adapter also
+generates with a key/value cache (papa/families/generation.py).
 """
 
 import torch
 import torch.nn.functional as F
 
-from ..errors import PapaError
 from .base import additive_mask
 
 
@@ -24,14 +23,6 @@ def causal_band(seq_len, sliding_window=None):
     distance = positions[:, None] - positions[None, :]  # i − j
     band = distance >= 0
     return band if sliding_window is None else band & (distance < sliding_window)
-
-
-def refuse_cache(cache, kwargs):
-    """A clear error when a key/value cache reaches a PAPA-patched layer of a family that has no cached path."""
-    if cache is not None or kwargs.get("past_key_values") is not None:
-        raise PapaError("this PAPA-patched decoder family (GPT-2) runs full-sequence forwards only: pass "
-                        "use_cache=False and no past_key_values (generation with a key/value cache is supported for "
-                        "the Llama-family decoders: Llama, Mistral, Qwen2/3, Gemma2/3, Granite, SmolLM2/3)")
 
 
 def masked_scores(scores, attention_mask):

@@ -1,4 +1,4 @@
-"""Generation with a key/value cache in a PAPA-patched decoder (the Llama-family adapter, papa/families/llama.py).
+"""Generation with a key/value cache in a PAPA-patched decoder (the Llama-family and GPT-2 adapters).
 
 `model.generate(..., use_cache=True)` (or any forward given `past_key_values`) hands each layer the new tokens'
 hidden states and a transformers cache. A patched layer keeps in it only what its heads still read:
@@ -21,8 +21,10 @@ layer's normalised rows depend only on the retained positions relative to the qu
 included, as the full forward indexes its constants. Each step's output equals the patched model's full (no-cache)
 forward at those positions, up to the order of float sums (tests/test_generation.py).
 
-Not covered (refused, or documented in docs/long_context.md): beam search (the side state is not reordered with the
-beams), mean-output heads, mix mode, attention probabilities, training with attention dropout, GPT-2.
+Beam search works: the cache's `reorder_cache`, which generate calls after every step, reorders the side state with
+the transformers layers. Refused with one clear error: editing the cache otherwise (`crop`, `batch_select_indices`,
+`batch_repeat_interleave`: assisted decoding, contrastive search), mean-output heads, mix mode, attention
+probabilities, training with attention dropout.
 """
 
 import functools
@@ -51,7 +53,35 @@ def constant_states(cache):
     if states is None:
         states = {}
         cache.papa_constant_states = states
+        _follow_the_batch(cache)
     return states
+
+
+def _follow_the_batch(cache):
+    """Make the cache's own batch edits reach the side state: `reorder_cache(beam_idx)` (beam search, after every
+    step) reorders it with the transformers layers, `reset` empties it; the edits that cut positions or examples
+    (assisted decoding, contrastive search) are refused."""
+    reorder, reset = cache.reorder_cache, cache.reset
+
+    def reorder_cache(beam_idx):
+        reorder(beam_idx)
+        for state in cache.papa_constant_states.values():
+            index = beam_idx.to(state.values.device)
+            state.values = state.values.index_select(0, index)  # (B, U, n, d)
+            if state.valid is not None:
+                state.valid = state.valid.index_select(0, index)  # (B, n)
+
+    def reset_all():
+        reset()
+        cache.papa_constant_states.clear()
+
+    def refuse(name, *args, **kwargs):
+        raise PapaError(f"a patched decoder's cache cannot be edited with {name} (assisted decoding, contrastive "
+                        "search): its constant heads keep values of their own. Greedy, sampling and beam search work")
+
+    cache.reorder_cache, cache.reset = reorder_cache, reset_all
+    for name in ("crop", "batch_repeat_interleave", "batch_select_indices"):
+        setattr(cache, name, functools.partial(refuse, name))
 
 
 def _plan(layer, device):

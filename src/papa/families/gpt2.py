@@ -8,14 +8,16 @@ the residual dropout itself.
 PAPA: replaced heads' Q and K output units of `c_attn` are pruned (its outputs become
 [Q dynamic | K dynamic | V all]); their value units and `c_proj`'s input rows are laid out
 [dynamic | replaced] at patch time, as for the encoders. Cross-attention (`add_cross_attention`) is not
-patched: only each block's self-attention `attn` is.
+patched: only each block's self-attention `attn` is. Generation with a key/value cache: papa/families/generation.py
+(each head is its own K/V head: a constant head keeps no key, and its values only where its constant reaches).
 """
 
 import torch
+import torch.nn.functional as F
 
 from ..errors import PapaError
-from .base import Call, PapaAttention, attentions_requested, diagonal_validity
-from .causal import causal_band, causal_sdpa, masked_scores, refuse_cache
+from .base import Call, PapaAttention, additive_mask, attentions_requested, diagonal_validity
+from .causal import causal_band, causal_sdpa, masked_scores
 from .fused import fused_queries_keys, fused_units, fused_values
 from .pruning import keep_conv1d_outputs
 
@@ -23,13 +25,16 @@ from .pruning import keep_conv1d_outputs
 class PapaGPT2Attention(PapaAttention):
     """Adapter for `GPT2Attention` (`forward(hidden_states, cache, attention_mask, encoder_hidden_states, ...)`)."""
 
+    papa_window = None  # GPT-2 attends over the whole causal triangle
+
     def papa_call(self, hidden_states, cache=None, attention_mask=None, encoder_hidden_states=None,
                   encoder_attention_mask=None, output_attentions=False, **kwargs):
-        refuse_cache(cache, kwargs)
         if encoder_hidden_states is not None:
             raise PapaError("PAPA patches GPT-2's self-attention only, not cross-attention")
+        cache = cache if cache is not None else kwargs.get("past_key_values")
+        cache = getattr(cache, "self_attention_cache", cache)  # an EncoderDecoderCache: its self-attention part
         want = bool(output_attentions) or attentions_requested(kwargs)
-        return Call(hidden_states, attention_mask, want)
+        return Call(hidden_states, attention_mask, want, {"cache": cache})
 
     @property
     def papa_dropout_p(self):
@@ -38,6 +43,28 @@ class PapaGPT2Attention(PapaAttention):
     def papa_values(self, call):
         qkv = self.c_attn(call.hidden_states)  # (B, T, 2·D·d + H·d): [Q dynamic | K dynamic | V all]
         return fused_values(call, qkv, self.num_heads, self.head_dim, len(self.dynamic_heads))
+
+    def papa_unit_values(self, call):
+        """(B, T, H, d): every head's values, in the layout (generation: each head is its own K/V head)."""
+        return self.papa_values(call)
+
+    @property
+    def papa_value_units(self):
+        return torch.arange(self.num_heads, device=self.c_attn.weight.device)
+
+    def papa_rotated(self, call):
+        """Queries and keys of the dynamic heads, (B, D, T, d) each (GPT-2 has no rotation: positions are learned)."""
+        return self._queries_keys(call)
+
+    def papa_cached_dynamic(self, call, query, key, value, mask):
+        """The dynamic heads' output (B, q, D, d) for q new queries over the cached keys and values (B, D, kv, d)."""
+        if self.reorder_and_upcast_attn:  # the stock module's float32 logits and softmax
+            scores = torch.matmul(query.float(), key.float().transpose(-1, -2)) * self.scaling
+            if mask is not None:
+                scores = scores + additive_mask(mask, scores.dtype)
+            return torch.matmul(scores.softmax(dim=-1).to(value.dtype), value).transpose(1, 2)
+        context = F.scaled_dot_product_attention(query, key, value, attn_mask=mask, scale=self.scaling)
+        return context.transpose(1, 2)
 
     def papa_validity(self, call):
         B, T, _ = call.hidden_states.shape

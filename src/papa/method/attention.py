@@ -156,7 +156,7 @@ def patch_model(model, constant_matrices=None, static_heads=None, mix_all_heads=
 
     Any supported family (see papa.families.SUPPORTED_MODEL_TYPES): bare model, sequence or
     token classification, causal LM. A decoder's config gets use_cache=False: patched decoders
-    run full-sequence forwards only (a key/value cache is one clear error).
+    run full-sequence forwards unless a cache is asked for (generation: papa/families/generation.py).
     constant_matrices: [L, H, T, T] tensor (the layout of `avgs.pt`) or a path to it / its folder.
     static_heads: heads to replace, `{layer: [heads]}` or `[[layer, head], ...]` (the first k
         rows of `sorted_heads.json`); None or empty keeps every head dynamic (patched modules
@@ -259,7 +259,7 @@ def patch_model(model, constant_matrices=None, static_heads=None, mix_all_heads=
             module.papa_reorder_heads(output_projections[index])
         else:
             module.papa_layout_pending = True
-    if family.causal:  # full-sequence forwards only: no key/value cache (papa/families/causal.py)
+    if family.causal:  # full-sequence forwards unless asked (use_cache=True: papa/families/generation.py)
         config.use_cache = False
     config.papa = {
         **(getattr(config, "papa", None) or {}),

@@ -96,7 +96,7 @@ def load_config_and_tokenizer(model_name_or_path, cache_dir, task, label_list, m
         raise PapaError(f"{path or model_type}: {err}") from None
     if task.kind == "lm":
         check_lm_model(config, path or model_type)
-        config.use_cache = False  # full-sequence forwards only: no key/value cache (papa/families/causal.py)
+        config.use_cache = False  # full-sequence forwards unless asked (use_cache=True: papa/families/generation.py)
     if label_list is not None:
         config.id2label = dict(enumerate(label_list))
         config.label2id = {label: i for i, label in enumerate(label_list)}
