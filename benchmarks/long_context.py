@@ -16,9 +16,12 @@ Steps, each a command run under /usr/bin/time (its maximum resident set size, th
               adopts and waits for it
   sweep_probe the same on SST-2 with the model's own classifier as the probe (--probe model_head), sentences
               padded to T
-  timing      stock, half constant (constants held as strips of their lower triangles), and half constant held
-              as full matrices (the plain product): forwards interleaved (stock, a, stock, b, ...) for --rounds
-              rounds, in one process; medians, IQRs, and the paired ratios
+  averaging_toeplitz  the same averaging with --constants toeplitz (structured_constants.pt: a sink and a
+              profile over distances per head, no T x T tensor)
+  timing      stock, half constant (constants held as strips of their lower triangles), half constant held as
+              full matrices (the plain product), and half Toeplitz-constant (the FFT product): forwards
+              interleaved (stock, a, stock, b, ...) for --rounds rounds, in one process; medians, IQRs, and the
+              paired ratios. Half = the first 135 heads of --sorted_heads (default: the ranking step's)
 Writes <out>.md: the table, every timed forward, the commands, the machine.
 """
 
@@ -55,7 +58,7 @@ def folder_gb(path, prefix=""):
 def steps(args):
     T, work = str(args.seq_len), args.work
     data = ["--model_name_or_path", MODEL, "--task_name", "lm_qnli", "--data_dir", args.data_dir]
-    avgs, sort = os.path.join(work, "avgs"), os.path.join(work, "sort")
+    avgs, sort, toeplitz = os.path.join(work, "avgs"), os.path.join(work, "sort"), os.path.join(work, "toeplitz")
     run = ["--max_seq_length", T, "--per_device_train_batch_size", "1", "--per_device_eval_batch_size", "1",
            "--save_strategy", "no", "--save_total_limit", "0", "--overwrite_output_dir", "--report_to", "none"]
     me = [sys.executable, os.path.abspath(__file__), "--seq_len", T]
@@ -69,6 +72,9 @@ def steps(args):
         "forward_eager_attentions": [*me, "--child", "forward", "--impl", "eager"],
         "averaging": ["papa-glue-avgs", *data, "--max_length", T, "--per_device_train_batch_size", "1",
                       "--max_train_samples", str(args.avg_blocks), "--output_dir", avgs],
+        "averaging_toeplitz": ["papa-glue-avgs", *data, "--max_length", T, "--per_device_train_batch_size", "1",
+                               "--max_train_samples", str(args.avg_blocks), "--constants", "toeplitz",
+                               "--output_dir", toeplitz],
         "ranking": ["papa-glue", *data, *run, "--do_train", "--do_eval", "--sort_calculating", "True",
                     "--static_heads_dir", avgs, "--max_train_samples", str(args.rank_blocks), "--max_eval_samples",
                     "1", "--learning_rate", "1e-3", "--num_train_epochs", "1", "--output_dir", sort],
@@ -81,8 +87,9 @@ def steps(args):
                      "--output_dir", os.path.join(work, "sweep_lm")],
         "sweep_probe": [*sweep, "--task_name", "sst2", "--probe", "model_head", "--max_eval_samples",
                         str(args.sweep_samples), "--output_dir", os.path.join(work, "sweep_probe")],
-        "timing": [*me, "--child", "timing", "--avgs", avgs, "--sort", sort, "--rounds", str(args.rounds),
-                   "--timing_out", os.path.join(work, "timing.json")],
+        "timing": [*me, "--child", "timing", "--avgs", avgs, "--toeplitz", toeplitz, "--sort",
+                   args.sorted_heads or sort, "--rounds", str(args.rounds), "--timing_out",
+                   os.path.join(work, "timing.json")],
     }
 
 
@@ -140,8 +147,11 @@ def child_timing(args):
     half = papa.patch_model(copy.deepcopy(stock), args.avgs, static_heads=heads)
     block_triangle.BLOCK = args.seq_len  # one strip: the full matrices and the plain product
     flat = papa.patch_model(copy.deepcopy(stock), args.avgs, static_heads=heads)
-    ids = torch.randint(0, stock.config.vocab_size, (1, args.seq_len))
     variants = {"half constant": half, "half constant, full matrices": flat}
+    if os.path.isdir(args.toeplitz):  # the FFT product from T = 1 024 on (papa/families/structured.py)
+        variants["half Toeplitz-constant"] = papa.patch_model(copy.deepcopy(stock), structured=args.toeplitz,
+                                                              static_heads=heads)
+    ids = torch.randint(0, stock.config.vocab_size, (1, args.seq_len))
 
     def seconds(model):
         start = time.perf_counter()
@@ -199,11 +209,14 @@ def main(argv=None):
     parser.add_argument("--eval_blocks", type=int, default=2)
     parser.add_argument("--sweep_samples", type=int, default=2, help="training blocks / examples of each sweep")
     parser.add_argument("--rounds", type=int, default=7)
+    parser.add_argument("--sorted_heads", default=None,
+                        help="timing: the ranking whose first 135 heads are constant (default: the ranking step's)")
     parser.add_argument("--only", nargs="*", default=None, help="run these steps only")
     parser.add_argument("--child", choices=["forward", "timing"], help=argparse.SUPPRESS)
     parser.add_argument("--impl", default="sdpa", help=argparse.SUPPRESS)
     parser.add_argument("--avgs", help=argparse.SUPPRESS)
     parser.add_argument("--sort", help=argparse.SUPPRESS)
+    parser.add_argument("--toeplitz", default="", help=argparse.SUPPRESS)
     parser.add_argument("--timing_out", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.child:
@@ -218,6 +231,8 @@ def main(argv=None):
         if name == "averaging":
             entry["avgs_gb"] = round(folder_gb(os.path.join(args.work, "avgs"), "avgs"), 3)
             entry["folder_gb"] = round(folder_gb(os.path.join(args.work, "avgs")), 3)
+        if name == "averaging_toeplitz":
+            entry["folder_gb"] = round(folder_gb(os.path.join(args.work, "toeplitz")), 6)
         if name == "timing":
             with open(os.path.join(args.work, "timing.json")) as f:
                 entry.update(json.load(f))
