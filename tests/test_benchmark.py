@@ -260,8 +260,9 @@ def test_smoke_run_tiny(tmp_path):
     assert all(r["flop_bound_speedup"] > 1 and r["percent_of_bound"] is not None for r in full)
 
     averaging = results["averaging"]
-    assert len(averaging["timing"]) == 3
+    assert len(averaging["timing"]) == 4
     plain = next(r for r in averaging["timing"] if r["variant"] == "plain eager forward, output_attentions")
+    ours = next(r for r in averaging["timing"] if r["variant"] == "accumulate_attention (ours)")
     for row in averaging["timing"]:  # timed batch by batch: 2 passes over 2 batches; 4 rounds: the whole range
         assert row["n"] == len(row["seconds"]) == 2 * 2
         assert row["median_s"] == pytest.approx(statistics.median(row["seconds"]))
@@ -269,6 +270,9 @@ def test_smoke_run_tiny(tmp_path):
         ratios = [t / p for t, p in zip(row["seconds"], plain["seconds"])]
         assert row["paired_time_ratio_to_plain"] == pytest.approx(statistics.median(ratios))
         assert row["paired_time_ratio_ci95"] == pytest.approx([min(ratios), max(ratios)])
+        to_ours = [t / o for t, o in zip(row["seconds"], ours["seconds"])]
+        assert row["paired_time_ratio_to_ours"] == pytest.approx(statistics.median(to_ours))
+    assert any(g["goal"] == "averaging: --mean_corrections ≤ 1.05x accumulate_attention" for g in results["goals"])
     assert [(m["batches"], m["layers"]) for m in averaging["memory"]][:3] == [(2, 2), (8, 2), (2, 1)]
     for row in averaging["memory"] + results["training"]["rows"]:  # measured in the child (memory.peak_increase)
         assert row["peak_increase_mb"] == pytest.approx(row["peak_rss_after_mb"] - row["peak_rss_before_mb"])

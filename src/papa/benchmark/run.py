@@ -193,17 +193,21 @@ def bench_averaging(args, config):
     times = interleaved_times(variants, repeats, 1, args.device)
     plain = statistics.median(times[plain_name])
     timing = []
+    ours = next(iter(AVERAGING_VARIANTS))
     for name in variants:
         stats = summary(times[name])
         ratios = paired_ratios(times[name], times[plain_name])  # variant time / plain time, per batch
+        to_ours = paired_ratios(times[name], times[ours])  # and / our plain pass's time (mean_corrections' cost)
         timing.append({"variant": name, **stats, "time_ratio_to_plain": stats["median_s"] / plain,
                        "paired_time_ratio_to_plain": statistics.median(ratios),
                        "paired_time_ratio_ci95": median_interval(ratios),
+                       "paired_time_ratio_to_ours": statistics.median(to_ours),
+                       "paired_time_ratio_to_ours_ci95": median_interval(to_ours),
                        "seconds": times[name]})  # per batch, in the order run: the plain forward's beside it
     del model
     gc.collect()
     memory = []
-    ours, L = next(iter(AVERAGING_VARIANTS)), config.num_hidden_layers
+    L = config.num_hidden_layers
     for name, count, layers in ((ours, N, L), (ours, 4 * N, L), (ours, N, max(1, L // 2)), ("original loop", N, L),
                                 (plain_name, N, L), (plain_name, N, max(1, L // 2))):
         print(f"[bench] averaging memory: {name}, {count} batches, {layers} layers (child process)", file=sys.stderr,

@@ -244,6 +244,9 @@ def original_accumulate(model, batches, seq_len, device):
 
 AVERAGING_VARIANTS = {
     "accumulate_attention (ours)": lambda model, batches, T, device: accumulate_attention(model, batches, T, device),
+    # the mean_corrected replacement's statistics (mean values and head outputs) recorded in the same pass
+    "accumulate_attention, --mean_corrections": lambda model, batches, T, device: accumulate_attention(
+        model, batches, T, device, value_means=True),
     "plain eager forward, output_attentions": plain_attention_pass,
     "original loop": original_accumulate,
 }
