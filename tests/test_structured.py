@@ -184,12 +184,12 @@ def full_at(sink, profile, seq_len):
 
 
 @pytest.mark.parametrize("fft_from", [1, 1 << 30])  # the FFT product at every length, or never
-@pytest.mark.parametrize("name", ["llama", "mistral", "gemma3_text"])
+@pytest.mark.parametrize("name", ["llama", "mistral", "gemma3_text", "gpt2"])
 @pytest.mark.parametrize("seq_len", [T, 7])
 def test_structured_heads_equal_full_constants_at_every_length(name, seq_len, fft_from, monkeypatch):
     """A decoder with structured constants against the same decoder with their full matrices at that length: the
     FFT path (or the matrices materialised per call), the probabilities path and the dropout path, with padding
-    and grouped K/V (Mistral and Gemma 3: sliding windows)."""
+    and grouped K/V (Mistral and Gemma 3: sliding windows; GPT-2: its own adapter)."""
     import copy
 
     from papa.families import structured as structured_module

@@ -87,7 +87,8 @@ class PapaGPT2Attention(PapaAttention):
 
     def papa_return(self, call, context, probs):
         B, T, H, d = context.shape
-        return self.resid_dropout(self.c_proj(context.reshape(B, T, H * d))), probs
+        # contiguous, as the stock forward makes it: Conv1D views its input (structured heads' output is permuted)
+        return self.resid_dropout(self.c_proj(context.reshape(B, T, H * d).contiguous())), probs
 
     def papa_prune(self, dynamic_heads):
         if self.is_cross_attention:
