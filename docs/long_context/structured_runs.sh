@@ -44,7 +44,9 @@ avg toep_t8192 8192 1 1 --constants toeplitz  # 6.31 GB peak since 3de3191 (docs
 ev t8192_toep8192_k135 8192 1 1 135 $O/toep_t8192 toeplitz
 ev t8192_toep128_k135 8192 1 1 135 $O/toep_t128 toeplitz
 avg toep_t2048 2048 8 1 --constants toeplitz
+avg full_t2048 2048 8 1
 for k in 135 270; do
+  ev t2048_full2048_k$k 2048 4 1 $k $O/full_t2048 full
   ev t2048_toep128_k$k 2048 4 1 $k $O/toep_t128 toeplitz
   ev t2048_toep2048_k$k 2048 4 1 $k $O/toep_t2048 toeplitz
   ev t2048_sw_k$k 2048 4 1 $k $O/sw sink_window

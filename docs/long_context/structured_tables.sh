@@ -18,6 +18,6 @@ table() { # T, full constants' T or "", the other averaging T, k values...
   python docs/long_context/structured.py --runs "$RUNS" --seq_len "$T" --stock "t${T}_k0" --rows "${rows[@]}" \
       --pairs "${pairs[@]}" --out "docs/long_context/structured_t$T.md"
 }
-table 1024 1024 1024 135 270
-[ -f "$RUNS/t2048_toep2048_k270/eval_predictions.jsonl" ] && table 2048 "" 2048 135 270 || \
-  { [ -f "$RUNS/t2048_k0/eval_predictions.jsonl" ] && table 2048 "" 2048 135; }
+for T in 1024 2048; do  # full constants averaged at T itself beside Toeplitz at T and at 128, k = ½ and all
+  [ -f "$RUNS/t${T}_k0/eval_predictions.jsonl" ] && table $T $T $T 135 270
+done
