@@ -226,18 +226,19 @@ def test_structured_heads_equal_full_constants_at_every_length(name, seq_len, ff
     assert_close(dropped, full(ids, attention_mask=mask).logits, rtol=1e-4, atol=1e-5)
 
 
-def test_structured_mix_mode_equals_full_mix_mode():
+@pytest.mark.parametrize("name", ["llama", "gpt2"])
+def test_structured_mix_mode_equals_full_mix_mode(name):
     import copy
 
     sink, profile = random_structured(S=1, D=T)
-    stock = tiny_decoder("llama")
+    stock = tiny_decoder(name)
     a = patch_model(copy.deepcopy(stock), structured=(sink, profile), mix_all_heads=True)
     b = patch_model(copy.deepcopy(stock), full_at(sink, profile, T), mix_all_heads=True)
     ids, mask = right_padded_batch()
     with torch.no_grad():
         for model in (a, b):
-            for layer in model.model.layers:
-                layer.self_attn.lambdas.fill_(0.3)
+            for module in attention_modules(model):
+                module.lambdas.fill_(0.3)
         assert_close(a(ids, attention_mask=mask).logits, b(ids, attention_mask=mask).logits, rtol=1e-4, atol=1e-5)
 
 
