@@ -258,3 +258,30 @@ def test_reused_rows_past_the_window_equal_the_full_forward():
     assert_close(steps, full, rtol=1e-9, atol=1e-10)
     rows = model.model.layers[1].self_attn.__dict__["_papa_rows"]
     assert 0 < len(rows) < 10  # reused: far fewer entries than steps
+
+
+@pytest.mark.parametrize("impl", ["eager", "sdpa"])
+def test_gpt2_scaled_and_upcast_steps(impl):
+    """GPT-2 with scale_attn_by_inverse_layer_idx and reorder_and_upcast_attn (float32 logits, so float32 throughout:
+    stock's upcast path refuses float64): with no head replaced, every cached step equals stock GPT-2's own cached
+    steps; with some replaced, the patched full forward."""
+    import transformers
+
+    from tiny_decoders import tiny_decoder_config
+
+    config = tiny_decoder_config("gpt2", impl)
+    config.scale_attn_by_inverse_layer_idx = config.reorder_and_upcast_attn = True
+    torch.manual_seed(0)
+    stock = transformers.GPT2LMHeadModel(config).eval()
+    ids, mask = left_padded()
+    stock_steps, _ = stepped_logits(stock, ids, mask, 5, [3] + [1] * (T - 8))
+    none = patch_model(copy.deepcopy(stock), constants("full")["constant_matrices"].float(), static_heads={})
+    steps, _ = stepped_logits(none, ids, mask, 5, [3] + [1] * (T - 8))
+    real = mask.bool()
+    assert_close(steps[real], stock_steps[real], rtol=1e-4, atol=1e-5)
+    sink, profile = constants("toeplitz")["structured"]
+    some = patch_model(copy.deepcopy(stock), static_heads=SOME, structured=(sink.float(), profile.float()))
+    with torch.no_grad():
+        full = some(input_ids=ids, attention_mask=mask, use_cache=False).logits
+    steps, _ = stepped_logits(some, ids, mask, 5, [3] + [1] * (T - 8))
+    assert_close(steps[real], full[real], rtol=1e-4, atol=1e-5)
