@@ -13,6 +13,7 @@ import torch
 import transformers
 from transformers import AutoConfig, AutoModel, BertConfig
 
+from ..method.attention import patch_model
 from ..method.averaging import accumulate_attention
 from ..errors import PapaError
 from ..families import attention_modules
@@ -242,11 +243,23 @@ def original_accumulate(model, batches, seq_len, device):
     return attention_sums, pattern_sums
 
 
+@torch.no_grad()
+def mean_corrections_pass(model, batches, seq_len, device):
+    """accumulate_attention recording the mean_corrected replacement's statistics too (mean values and head outputs),
+    as `--mean_corrections` does. It reads a stock model through a PAPA-patched copy with every head dynamic, made
+    once per pass by the script; timed batch by batch here, the copy is made once per model and kept beside it."""
+    patched = model.__dict__.get("_papa_dynamic_copy")  # not a submodule: the model's own modules stay as they are
+    if patched is None:
+        config = model.config
+        shape = (config.num_hidden_layers, config.num_attention_heads, seq_len, seq_len)
+        patched = patch_model(copy.deepcopy(model), torch.zeros(()).expand(shape))
+        model.__dict__["_papa_dynamic_copy"] = patched
+    return accumulate_attention(patched, batches, seq_len, device, value_means=True)
+
+
 AVERAGING_VARIANTS = {
     "accumulate_attention (ours)": lambda model, batches, T, device: accumulate_attention(model, batches, T, device),
-    # the mean_corrected replacement's statistics (mean values and head outputs) recorded in the same pass
-    "accumulate_attention, --mean_corrections": lambda model, batches, T, device: accumulate_attention(
-        model, batches, T, device, value_means=True),
+    "accumulate_attention, --mean_corrections": mean_corrections_pass,
     "plain eager forward, output_attentions": plain_attention_pass,
     "original loop": original_accumulate,
 }
