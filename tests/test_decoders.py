@@ -241,14 +241,18 @@ def test_float64_windows_of_padding_only_stay_finite():
     assert_close(probabilities_path[real], fast[real], rtol=1e-10, atol=1e-10)
 
 
-def test_a_key_value_cache_is_a_clear_error_in_gpt2():
-    """GPT-2 has no cached path (the Llama family's: tests/test_generation.py); patched decoders default to no cache."""
+def test_patched_decoders_default_to_no_cache_and_gpt2_takes_one_when_asked():
+    """Patched decoders run full-sequence forwards unless asked (config.use_cache False); asked, GPT-2 fills a cache
+    and gives the same logits (the steps themselves: tests/test_generation.py)."""
     model = papa.patch_model(tiny_decoder("llama"), random_constants(), static_heads=[[0, 1]])
     assert model.config.use_cache is False
     ids, mask = right_padded_batch()
-    gpt2 = papa.patch_model(tiny_decoder("gpt2"), random_constants())
-    with pytest.raises(PapaError, match="use_cache=False"):
-        run(gpt2, ids, mask, use_cache=True)
+    gpt2 = papa.patch_model(tiny_decoder("gpt2"), random_constants(), static_heads=[[0, 1]])
+    assert gpt2.config.use_cache is False
+    cached = run(gpt2, ids, mask, use_cache=True)
+    assert cached.past_key_values is not None and cached.past_key_values.get_seq_length() == ids.shape[1]
+    real = mask.bool()
+    assert_close(cached.logits[real], run(gpt2, ids, mask).logits[real], rtol=1e-5, atol=1e-6)
 
 
 @pytest.mark.parametrize("implementation", ["flash_attention_2", "flex_attention"])
