@@ -13,7 +13,7 @@ import torch
 import transformers
 from transformers import AutoConfig, AutoModel, BertConfig
 
-from ..method.attention import patch_model
+from ..method.attention import dynamic_copy
 from ..method.averaging import accumulate_attention
 from ..errors import PapaError
 from ..families import attention_modules
@@ -250,10 +250,7 @@ def mean_corrections_pass(model, batches, seq_len, device):
     once per pass by the script; timed batch by batch here, the copy is made once per model and kept beside it."""
     patched = model.__dict__.get("_papa_dynamic_copy")  # not a submodule: the model's own modules stay as they are
     if patched is None:
-        config = model.config
-        shape = (config.num_hidden_layers, config.num_attention_heads, seq_len, seq_len)
-        patched = patch_model(copy.deepcopy(model), torch.zeros(()).expand(shape))
-        model.__dict__["_papa_dynamic_copy"] = patched
+        patched = model.__dict__["_papa_dynamic_copy"] = dynamic_copy(model, seq_len)
     return accumulate_attention(patched, batches, seq_len, device, value_means=True)
 
 

@@ -15,6 +15,7 @@ The patch swaps the class of each existing self-attention module for a subclass 
 one, so output-recording hooks (matched with `isinstance`, possibly installed already) keep working.
 """
 
+import copy
 import os
 
 import torch
@@ -148,6 +149,14 @@ def load_structured(source, num_layers=None, num_heads=None, num_kv_heads=None):
                         f"{list(sink.shape)} and {list(profile.shape)}")
     return (_check_head_tensor(sink, what, num_layers, num_heads, num_kv_heads),
             _check_head_tensor(profile, what, num_layers, num_heads, num_kv_heads))
+
+
+def dynamic_copy(model, seq_len):
+    """A PAPA-patched copy of a stock `model` with every head dynamic: the same attention, read through PAPA's
+    modules (the averaging pass's mean values and head outputs, `value_means`)."""
+    config = model.config
+    return patch_model(copy.deepcopy(model), torch.zeros(()).expand(config.num_hidden_layers,
+                       config.num_attention_heads, seq_len, seq_len))
 
 
 def patch_model(model, constant_matrices=None, static_heads=None, mix_all_heads=False, mean_outputs=None,

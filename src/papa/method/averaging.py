@@ -30,14 +30,13 @@ Across processes (torchrun / accelerate), every process sees a disjoint shard of
 (no sampler padding, so nothing is counted twice) and the sums are all-reduced.
 """
 
-import copy
 import os
 from contextlib import contextmanager
 
 import torch
 import torch.distributed as dist
 
-from .attention import head_dim, patch_model
+from .attention import dynamic_copy, head_dim
 from ..families.constant_math import padding_pattern
 from ..families import PapaAttention, accepts_token_type_ids, attention_modules, family_for
 from ..errors import PapaError
@@ -366,8 +365,7 @@ def accumulate_attention(model, batches, seq_len, device="cpu", progress=None, m
     config = model.config
     mean_outputs = mean_outputs or value_means
     if value_means and not all(isinstance(m, PapaAttention) for m in attention_modules(model)):
-        model = patch_model(copy.deepcopy(model), torch.zeros(()).expand(config.num_hidden_layers,
-                            config.num_attention_heads, seq_len, seq_len))  # every head dynamic
+        model = dynamic_copy(model, seq_len)
     encoder = model.base_model.eval()
     if lower_triangle is None:
         lower_triangle = family_for(encoder).causal
