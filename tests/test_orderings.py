@@ -31,6 +31,13 @@ def test_rankers_and_random_orders_lay_out_their_stages(tmp_path):
     assert "--ranker_sample" not in stages["sort_loo"].args  # the first N, as before
 
 
+def test_a_gates_stage_names_its_steps(tmp_path):
+    _, stages = plan_and_stages(tmp_path / "a", "--ranker", "gates", "--ranker_steps", "16")
+    assert "gates trained for 16 steps" in stages["sort"].description  # not the epochs it does not train for
+    _, stages = plan_and_stages(tmp_path / "b", "--ranker", "gates")
+    assert "gates trained for 1 epoch" in stages["sort"].description
+
+
 def test_seeded_ranking_samples_reach_the_rankers_per_seed(tmp_path):
     plan, stages = plan_and_stages(tmp_path, "--ranker", "lambda", "taylor", "--ranker_max_samples", "16",
                                    "--ranker_sample", "seeded", "--seeds", "1", "2", "--rank_per_seed")

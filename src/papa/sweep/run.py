@@ -238,7 +238,7 @@ def make_stages(plan, args, passthrough):
             inputs = [avgs_pt] + ([os.path.join(avgs_dir, f) for f in ("mean_outputs.pt", "output_corrections.pt")]
                                   if {"--head_replacements", "--best_of"} & set(own) else [])
             stages.append(Stage(os.path.basename(sort_dir),
-                                f"ranking heads ({orderings.describe(ranker, _epochs(plan.sort_num_train_epochs))}"
+                                f"ranking heads ({orderings.describe(ranker, _epochs(plan.sort_num_train_epochs), args.ranker_steps)}"
                                 f"{shown})", sort_dir, train_module, train_script,
                                 training_args(sort_dir, plan.sort_num_train_epochs, flags, seed=seed),
                                 inputs, orderings.ranking_outputs(ranker, own)))
