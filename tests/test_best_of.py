@@ -241,3 +241,47 @@ def test_the_scripts_stop_on_bad_best_of_input_before_any_work(expect_error, tmp
                "--static_heads_dir", avgs, "--sort_calculating", "True", "--ranker", "taylor", "--best_of", "true"]
     expect_error("run_papa_glue.py", ranking,
                  r"best_of needs mean_outputs.pt and output_corrections.pt in .*--mean_corrections")
+
+
+@pytest.mark.parametrize("head", ["sequence", "token"])
+def test_a_probe_passes_its_encoders_attentions_on(head):
+    """A freeze-extract probe answers output_attentions=True as an HF model does (pattern_variance, best_of and
+    head_replacements read the attentions through it): the encoder's own, and none unless asked."""
+    from tiny_encoders import padded_batch, tiny_model
+
+    from papa.models.poolers import FreezeExtractForSequenceClassification, FreezeExtractForTokenClassification
+
+    encoder = tiny_model("bert", head=head).eval()
+    probe_class = FreezeExtractForSequenceClassification if head == "sequence" else FreezeExtractForTokenClassification
+    probe = probe_class(encoder, T).eval()
+    ids, mask = padded_batch("bert")
+    with torch.no_grad():
+        expected = probe.base_model(input_ids=ids, attention_mask=mask, output_attentions=True).attentions
+        got = probe(input_ids=ids, attention_mask=mask, output_attentions=True).attentions
+        assert probe(input_ids=ids, attention_mask=mask).attentions is None
+    assert len(got) == L
+    for a, b in zip(got, expected):
+        assert_close(a, b)
+
+
+@pytest.mark.slow
+def test_an_encoder_probes_sweep_runs_best_of_and_head_replacements(tmp_path):
+    """The ranking run of a frozen encoder with its linear probe makes the best_of choice and the per-head table
+    (it once failed: the probe returned no attentions), and the sweep runs best_of."""
+    from cli_fixtures import write_cola
+    from tiny_encoders import save_tiny_pretrained
+
+    model = save_tiny_pretrained("bert", tmp_path / "bert")
+    out = tmp_path / "sweep"
+    run_command(script("run_papa_sweep.py") + [
+        "--model_name_or_path", model, "--task_name", "cola", "--data_dir", write_cola(tmp_path / "cola"),
+        "--max_seq_length", "16", "--static_heads_nums", "0", str(L * H), "--ranker", "taylor",
+        "--ranker_max_samples", "4", "--controls", "best_of", "--head_replacements", "--output_dir", out,
+        "--bootstrap_samples", "200"])
+    rows = read_rows(out / "sort" / "best_of.csv")
+    assert len(rows) == L * H and {row["choice"] for row in rows} <= set(CANDIDATES)
+    table = read_rows(out / "sort" / "head_replacements.csv")
+    assert len(table) == L * H
+    assert all(float(row["pattern_variance"]) >= 0 for row in table)
+    assert any(float(row["pattern_variance"]) > 0 for row in table)
+    assert (out / f"bestof_k_{L * H}" / "eval_results.json").is_file()

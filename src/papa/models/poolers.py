@@ -88,12 +88,15 @@ class _Probe(nn.Module):
     def base_model(self):
         return getattr(self, self.base_model_prefix)
 
-    def hidden_states(self, input_ids, attention_mask, token_type_ids):
+    def encode(self, input_ids, attention_mask, token_type_ids, output_attentions=False):
+        """The encoder's outputs: hidden_states, L+1 tensors (B, T, H), and with `output_attentions` the attentions,
+        L tensors (B, heads, T, T), which the probe's output passes on as an HF model's does."""
         extra = {"token_type_ids": token_type_ids} if self._takes_token_types and token_type_ids is not None else {}
-        outputs = self.base_model(
+        if output_attentions:
+            extra["output_attentions"] = True
+        return self.base_model(
             input_ids=input_ids, attention_mask=attention_mask, output_hidden_states=True, return_dict=True, **extra
         )
-        return outputs.hidden_states  # L+1 tensors (B, T, H)
 
 
 class FreezeExtractForSequenceClassification(_Probe):
@@ -108,10 +111,12 @@ class FreezeExtractForSequenceClassification(_Probe):
         self.dropout = nn.Identity() if probe_dropout is None else nn.Dropout(probe_dropout(config))
         self.classifier = _init_linear(nn.Linear(config.hidden_size, config.num_labels), config)
 
-    def forward(self, input_ids=None, attention_mask=None, token_type_ids=None, labels=None, **kwargs):
+    def forward(self, input_ids=None, attention_mask=None, token_type_ids=None, labels=None, output_attentions=False,
+                **kwargs):
         if attention_mask is None:
             attention_mask = torch.ones_like(input_ids)
-        hidden_states = self.hidden_states(input_ids, attention_mask, token_type_ids)
+        encoded = self.encode(input_ids, attention_mask, token_type_ids, output_attentions)
+        hidden_states = encoded.hidden_states
         logits = self.classifier(self.dropout(self.pooler(hidden_states, attention_mask)))
         loss = None
         if labels is not None:
@@ -119,7 +124,7 @@ class FreezeExtractForSequenceClassification(_Probe):
                 loss = MSELoss()(logits.squeeze(-1), labels.to(logits.dtype).view(-1))
             else:
                 loss = CrossEntropyLoss()(logits.view(-1, self.num_labels), labels.view(-1))
-        return SequenceClassifierOutput(loss=loss, logits=logits)
+        return SequenceClassifierOutput(loss=loss, logits=logits, attentions=encoded.attentions)
 
 
 class FreezeExtractForTokenClassification(_Probe):
@@ -128,10 +133,11 @@ class FreezeExtractForTokenClassification(_Probe):
         self.num_labels = model.config.num_labels
         self.classifier = FreezeExtractTokenHead(model.config, self.num_labels)
 
-    def forward(self, input_ids=None, attention_mask=None, token_type_ids=None, labels=None, **kwargs):
-        hidden_states = self.hidden_states(input_ids, attention_mask, token_type_ids)
-        logits = self.classifier(hidden_states)
+    def forward(self, input_ids=None, attention_mask=None, token_type_ids=None, labels=None, output_attentions=False,
+                **kwargs):
+        encoded = self.encode(input_ids, attention_mask, token_type_ids, output_attentions)
+        logits = self.classifier(encoded.hidden_states)
         loss = None
         if labels is not None:
             loss = CrossEntropyLoss()(logits.view(-1, self.num_labels), labels.view(-1))
-        return TokenClassifierOutput(loss=loss, logits=logits)
+        return TokenClassifierOutput(loss=loss, logits=logits, attentions=encoded.attentions)
