@@ -116,8 +116,7 @@ class FreezeExtractForSequenceClassification(_Probe):
         if attention_mask is None:
             attention_mask = torch.ones_like(input_ids)
         encoded = self.encode(input_ids, attention_mask, token_type_ids, output_attentions)
-        hidden_states = encoded.hidden_states
-        logits = self.classifier(self.dropout(self.pooler(hidden_states, attention_mask)))
+        logits = self.classifier(self.dropout(self.pooler(encoded.hidden_states, attention_mask)))
         loss = None
         if labels is not None:
             if self.num_labels == 1:  # regression (STS-B)

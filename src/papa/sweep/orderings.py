@@ -66,10 +66,9 @@ def ranker_flags(args):
     return flags
 
 
-def describe(ranker, epochs, gates_steps=None):
-    """A ranking stage's words in the sweep's progress lines; gates names --ranker_steps where it is given."""
-    gates = f"{gates_steps} step" + ("" if gates_steps == 1 else "s") if gates_steps else epochs
-    return {"lambda": f"λ mixing run, {epochs}", "gates": f"gates trained for {gates}", "taylor": "taylor, one pass",
+def describe(ranker, epochs, gates_training):
+    """A ranking stage's words in the sweep's progress lines (`gates_training`: --ranker_steps' steps, or the epochs)."""
+    return {"lambda": f"λ mixing run, {epochs}", "gates": f"gates trained for {gates_training}", "taylor": "taylor, one pass",
             "loo": "loo: each head constant alone", "iterative": "iterative loo, ten rounds",
             "iterative_taylor": "iterative taylor, ten rounds"}[ranker]
 

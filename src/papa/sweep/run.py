@@ -155,8 +155,8 @@ def make_plan(args, task):
     )
 
 
-def _epochs(n):
-    return f"{n:g} epoch" + ("" if n == 1 else "s")
+def _count(n, unit):
+    return f"{n:g} {unit}" + ("" if n == 1 else "s")
 
 
 def make_stages(plan, args, passthrough):
@@ -220,7 +220,7 @@ def make_stages(plan, args, passthrough):
         trained = (["--grad_for_classifier_and_static_only", "true"] if train_constants
                    else [] if lm else ["--grad_for_classifier_only", "true"])
         mode = [*trained, "--static_heads_num", str(k), "--sorting_heads_dir", ranking_dir, *extra, *lm_eval]
-        shown = (_epochs(plan.num_train_epochs) if trains else "evaluation") + ("" if tag is None else f", seed {seed}")
+        shown = (_count(plan.num_train_epochs, "epoch") if trains else "evaluation") + ("" if tag is None else f", seed {seed}")
         return Stage(name, f"{description} ({shown})", folder, train_module, train_script,
                      training_args(folder, plan.num_train_epochs, mode, static_dir, seed, train=trains), inputs,
                      ["eval_results.json"] + (["lm_eval_results.json"] if lm_eval else []))
@@ -237,8 +237,10 @@ def make_stages(plan, args, passthrough):
             flags = ["--sort_calculating", "True", *own]
             inputs = [avgs_pt] + ([os.path.join(avgs_dir, f) for f in ("mean_outputs.pt", "output_corrections.pt")]
                                   if {"--head_replacements", "--best_of"} & set(own) else [])
+            epochs = _count(plan.sort_num_train_epochs, "epoch")
+            ranking = orderings.describe(ranker, epochs, _count(args.ranker_steps, "step") if args.ranker_steps else epochs)
             stages.append(Stage(os.path.basename(sort_dir),
-                                f"ranking heads ({orderings.describe(ranker, _epochs(plan.sort_num_train_epochs), args.ranker_steps)}"
+                                f"ranking heads ({ranking}"
                                 f"{shown})", sort_dir, train_module, train_script,
                                 training_args(sort_dir, plan.sort_num_train_epochs, flags, seed=seed),
                                 inputs, orderings.ranking_outputs(ranker, own)))
