@@ -3,9 +3,11 @@
 
 The sweep draws its random orders from --seed alone, so every seed has the same N orders, and an lm evaluation is
 deterministic: an order evaluated under one seed stands for all (its folder under another seed is used where the
-seed's own is missing; where both exist, their blocks must agree).
+seed's own is missing; where both exist, their blocks must agree). `--orders_from OTHER_SWEEP` takes the orders
+from another sweep of the same model, task, averages and held-out blocks (random[i]_k_<k> or random[i]_k_<k>_seed_<s>),
+e.g. a one-seed sweep that already evaluated them; every order's blocks must match the seed's k = 0 blocks.
 
-    python docs/rankers/seeds_vs_random.py SWEEP_FOLDER --ks 68 135 203 [--out FILE.md]
+    python docs/rankers/seeds_vs_random.py SWEEP_FOLDER --ks 68 135 203 [--orders_from SWEEP] [--out FILE.md]
 
 Per run folder, eval_predictions.jsonl holds each held-out block's summed NLL and token count; perplexity =
 exp(Σ NLL / Σ tokens). A difference is the sweep's (results.md, "Differences from PAPA"): the order's change minus
@@ -31,9 +33,12 @@ def blocks(folder):
 
 
 def order_folder(sweep, order, k, seed, seeds):
-    """The order's run at k: the seed's own, else another seed's (the orders do not depend on the seed)."""
-    for s in [seed, *seeds]:
-        folder = os.path.join(sweep, f"{order}_k_{k}_seed_{s}")
+    """The order's run at k: the seed's own, else another seed's or an unseeded one (the orders do not depend on
+    the seed)."""
+    names = [f"{order}_k_{k}_seed_{s}" for s in [seed, *seeds]] + [f"{order}_k_{k}"]
+    names += sorted(os.path.basename(p) for p in glob.glob(os.path.join(sweep, f"{order}_k_{k}_seed_*")))
+    for name in names:
+        folder = os.path.join(sweep, name)
         if os.path.isfile(os.path.join(folder, "eval_predictions.jsonl")):
             return folder
     raise SystemExit(f"no run of {order} at k = {k} in {sweep}")
@@ -43,14 +48,19 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("sweep", help="the sweep's output folder")
     parser.add_argument("--ks", type=int, nargs="+", required=True, help="the k values to compare")
+    parser.add_argument("--orders_from", help="take the random orders' runs from this sweep folder instead")
     parser.add_argument("--samples", type=int, default=10000, help="bootstrap resamples")
     parser.add_argument("--out", help="write the markdown here too")
     args = parser.parse_args()
     seeds = sorted({int(m.group(1)) for p in glob.glob(os.path.join(args.sweep, "k_0_seed_*"))
                     if (m := re.search(r"_seed_(\d+)$", p))})
-    orders = sorted({m.group(1) for p in glob.glob(os.path.join(args.sweep, "random*_k_*_seed_*"))
+    order_sweep = args.orders_from or args.sweep
+    orders = sorted({m.group(1) for p in glob.glob(os.path.join(order_sweep, "random*_k_*"))
                      if (m := re.match(r"(random\d*)_k_", os.path.basename(p)))}, key=lambda o: int(o[6:] or 1))
-    lines = [f"# Each seed's ranking against its random orders: {os.path.basename(os.path.normpath(args.sweep))}", "",
+    title = os.path.basename(os.path.normpath(args.sweep))
+    if args.orders_from:
+        title += f" (the orders' runs from {os.path.basename(os.path.normpath(args.orders_from))})"
+    lines = [f"# Each seed's ranking against its random orders: {title}", "",
              "Perplexity, and the paired difference order − ranking in points of k = 0 (< 0: the order is worse), "
              f"[95% interval] of a bootstrap over the held-out blocks ({args.samples} resamples); * marks an "
              "interval that excludes 0.", "",
@@ -68,7 +78,7 @@ def main():
         base = ppl(nll0, tok0)
         for k in args.ks:
             runs = {"ranking": os.path.join(args.sweep, f"k_{k}_seed_{seed}")}
-            runs.update({o: order_folder(args.sweep, o, k, seed, seeds) for o in orders})
+            runs.update({o: order_folder(order_sweep, o, k, seed, seeds) for o in orders})
             values = {}
             for name, folder in runs.items():
                 h, nll, tok = blocks(folder)
