@@ -32,10 +32,10 @@ def blocks(folder):
     return [r["block"] for r in rows], np.array([r["nll_sum"] for r in rows]), np.array([r["tokens"] for r in rows])
 
 
-def order_folder(sweep, order, k, seed, seeds):
-    """The order's run at k: the seed's own, else another seed's or an unseeded one (the orders do not depend on
+def order_folder(sweep, order, k, seed):
+    """The order's run at k: the seed's own, else an unseeded one, else another seed's (the orders do not depend on
     the seed)."""
-    names = [f"{order}_k_{k}_seed_{s}" for s in [seed, *seeds]] + [f"{order}_k_{k}"]
+    names = [f"{order}_k_{k}_seed_{seed}", f"{order}_k_{k}"]
     names += sorted(os.path.basename(p) for p in glob.glob(os.path.join(sweep, f"{order}_k_{k}_seed_*")))
     for name in names:
         folder = os.path.join(sweep, name)
@@ -78,7 +78,7 @@ def main():
         base = ppl(nll0, tok0)
         for k in args.ks:
             runs = {"ranking": os.path.join(args.sweep, f"k_{k}_seed_{seed}")}
-            runs.update({o: order_folder(order_sweep, o, k, seed, seeds) for o in orders})
+            runs.update({o: order_folder(order_sweep, o, k, seed) for o in orders})
             values = {}
             for name, folder in runs.items():
                 h, nll, tok = blocks(folder)
