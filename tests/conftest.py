@@ -5,6 +5,7 @@ End-to-end tests (scripts, the sweep, the benchmark, the wheel) and the real-mod
 synthetic task are marked `slow`: `pytest -m "not slow"` is the quick loop, CI runs everything.
 """
 
+import importlib.util
 import os
 import subprocess
 import sys
@@ -82,6 +83,14 @@ TINY_SWEEP = ["--max_train_samples", "32", "--max_eval_samples", "16", "--num_tr
 def script(name):
     """argv prefix running papa_scripts/<name> with this interpreter."""
     return [sys.executable, str(SCRIPTS / name)]
+
+
+def load_module(path):
+    """A script of the repository outside the package (under docs/, benchmarks/, .ci/) imported as a module."""
+    spec = importlib.util.spec_from_file_location(Path(path).stem, path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
 @pytest.fixture(scope="session")

@@ -1,26 +1,18 @@
 """benchmarks/decoder_heads.py (the attention check of the small decoder) against hand-built attention and a
 by-hand loss; benchmarks/train_decoder.py end to end on a tiny copy of the shared data's layout."""
 
-import importlib.util
 import json
 import math
 import sys
 
 import pytest
 import torch
-from conftest import REPO
+from conftest import REPO, load_module
 
 sys.path.insert(0, str(REPO / "benchmarks"))  # train_decoder imports its sibling decoder_heads
 
 
-def load(name):
-    spec = importlib.util.spec_from_file_location(name, REPO / "benchmarks" / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-heads = load("decoder_heads")
+heads = load_module(REPO / "benchmarks" / "decoder_heads.py")
 
 
 def uniform_causal(B, H, T):
@@ -95,7 +87,7 @@ def write_tiny_shared_data(root):
 def test_train_decoder_end_to_end(tmp_path):
     from transformers import AutoTokenizer, LlamaForCausalLM
 
-    train = load("train_decoder")
+    train = load_module(REPO / "benchmarks" / "train_decoder.py")
     write_tiny_shared_data(tmp_path / "data")
     out = tmp_path / "model"
     train.main(["--data_dir", str(tmp_path / "data"), "--output_dir", str(out), "--vocab_size", "300", "--seq_len", "80",
@@ -120,7 +112,7 @@ def test_train_decoder_end_to_end(tmp_path):
 
 
 def test_planted_spans_copy_real_text():
-    train = load("train_decoder")
+    train = load_module(REPO / "benchmarks" / "train_decoder.py")
     batch = torch.arange(400).view(4, 100)
     planted = train.plant_repeated_spans(batch, 1.0, torch.Generator().manual_seed(0))
     for row, original in zip(planted, batch):

@@ -3,13 +3,12 @@ have no circle, no module is over 400 lines, benchmarks/ keeps one current resul
 README ≤ 150 lines), `import papa` changes nothing in the process."""
 
 import ast
-import importlib.util
 import re
 import subprocess
 import sys
 
 import pytest
-from conftest import REPO
+from conftest import REPO, load_module
 
 SRC = REPO / "src"
 MAX_LINES = 400
@@ -17,16 +16,8 @@ MAX_BENCHMARK_FILES = 30  # one current result per benchmark; superseded ones go
 MAX_BENCHMARK_README_LINES = 150
 
 
-def load(path):
-    """A script of the repository (docs/make_flags.py, .ci/check_links.py) as a module."""
-    spec = importlib.util.spec_from_file_location(path.stem, path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
 def test_flags_reference_is_current():
-    make_flags = load(REPO / "docs" / "make_flags.py")
+    make_flags = load_module(REPO / "docs" / "make_flags.py")
     current = (REPO / "docs" / "flags.md").read_text(encoding="utf-8")
     assert current == make_flags.flags_markdown(), f"docs/flags.md is out of date: run `{make_flags.REGENERATE}`"
 
@@ -45,12 +36,12 @@ def test_flags_reference_lists_every_flag_of_every_command():
 
 
 def test_links_of_readme_and_docs_resolve():
-    check_links = load(REPO / ".ci" / "check_links.py")
+    check_links = load_module(REPO / ".ci" / "check_links.py")
     assert check_links.main([str(REPO)]) == 0  # the broken ones are printed on stderr
 
 
 def test_link_checker_finds_what_is_broken(tmp_path):
-    check_links = load(REPO / ".ci" / "check_links.py")
+    check_links = load_module(REPO / ".ci" / "check_links.py")
     (tmp_path / "docs").mkdir()
     (tmp_path / "docs" / "flags.md").write_text("# Flags\n\n## The grid, in brief\n\n## The grid, in brief\n")
     (tmp_path / "README.md").write_text(

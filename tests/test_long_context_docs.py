@@ -1,21 +1,14 @@
 """docs/long_context/structured.py and far_weight.py: the findings' tables and shares against hand computations."""
 
-import importlib.util
 import json
 import math
 from pathlib import Path
 
 import pytest
 import torch
+from conftest import load_module
 
 DOCS = Path(__file__).resolve().parent.parent / "docs" / "long_context"
-
-
-def _load(name):
-    spec = importlib.util.spec_from_file_location(name, DOCS / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 def _run(folder, rows):
@@ -33,7 +26,7 @@ def test_structured_tables_against_hand_computed_log_perplexities(tmp_path, monk
     monkeypatch.setattr("sys.argv", ["structured.py", "--runs", str(tmp_path), "--seq_len", "64", "--stock", "stock",
                                      "--rows", "x:run x", "--pairs", "x:y:x − y", "--samples", "200",
                                      "--out", str(out)])
-    _load("structured").main()
+    load_module(DOCS / "structured.py").main()
     text = out.read_text()
     stock, x, y = 400 / 150, 480 / 150, 480 / 150
     assert f"| run x | {math.exp(x):.2f} | {x - stock:+.3f} [" in text
@@ -47,7 +40,7 @@ def test_structured_tables_refuse_runs_of_other_blocks(tmp_path, monkeypatch):
     monkeypatch.setattr("sys.argv", ["structured.py", "--runs", str(tmp_path), "--seq_len", "8", "--stock", "stock",
                                      "--rows", "x:x"])
     with pytest.raises(SystemExit, match="other blocks"):
-        _load("structured").main()
+        load_module(DOCS / "structured.py").main()
 
 
 def test_far_weight_is_the_last_rows_share_beyond_the_distance(tmp_path, monkeypatch, capsys):
@@ -59,7 +52,7 @@ def test_far_weight_is_the_last_rows_share_beyond_the_distance(tmp_path, monkeyp
     (tmp_path / "s" / "sorted_heads.json").write_text("[[0, 0]]")
     monkeypatch.setattr("sys.argv", ["far_weight.py", "--constants", str(tmp_path / "c"), "--sorting_heads_dir",
                                      str(tmp_path / "s"), "--k", "1", "--beyond", "1"])
-    _load("far_weight").main()
+    load_module(DOCS / "far_weight.py").main()
     # row 4: sink 2 at j = 0, then j = 1..4 at d = 3, 2, 1, 0: weights 5, 3, 1, 1; beyond d = 1: 3 + 5 of 12
     printed = capsys.readouterr().out
     assert f"median {8 / 12:.4f}" in printed and f"on the sink: median {2 / 12:.4f}" in printed

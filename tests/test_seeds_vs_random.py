@@ -3,7 +3,6 @@
 The point estimates are checked against perplexities computed here from the blocks' NLL sums; the orders may come
 from the seeds sweep itself or, with --orders_from, from a one-seed sweep (folders without the seed suffix)."""
 
-import importlib.util
 import json
 import math
 import re
@@ -11,15 +10,9 @@ import sys
 from pathlib import Path
 
 import pytest
+from conftest import load_module
 
 SCRIPT = Path(__file__).resolve().parents[1] / "docs" / "rankers" / "seeds_vs_random.py"
-
-
-def load_script():
-    spec = importlib.util.spec_from_file_location("seeds_vs_random", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 def write_run(folder, nlls, tokens=10, hashes=None):
@@ -32,7 +25,7 @@ def write_run(folder, nlls, tokens=10, hashes=None):
 
 def run(monkeypatch, capsys, *argv):
     monkeypatch.setattr(sys, "argv", ["seeds_vs_random.py", *argv, "--samples", "200"])
-    load_script().main()
+    load_module(SCRIPT).main()
     return capsys.readouterr().out
 
 
