@@ -84,3 +84,16 @@ def test_orders_on_other_blocks_are_refused(tmp_path, monkeypatch, capsys):
     write_run(tmp_path / "one" / "random_k_5", ORDERS["random"], hashes=["x0", "x1", "x2", "x3"])
     with pytest.raises(SystemExit, match="evaluated other blocks"):
         run(monkeypatch, capsys, str(tmp_path / "seeds"), "--ks", "5", "--orders_from", str(tmp_path / "one"))
+
+
+def test_the_summary_counts_each_side_of_0(tmp_path, monkeypatch, capsys):
+    """Per block, order "random" is worse than the ranking, "random2" better and "random3" the same: every resample
+    puts the first difference below 0, the second above, the third at 0."""
+    nll_rank = [25.0, 26.0, 23.0, 27.0]
+    for seed in (1, 2):
+        write_run(tmp_path / f"k_0_seed_{seed}", NLL0)
+        write_run(tmp_path / f"k_5_seed_{seed}", nll_rank)
+    for order, shift in {"random": 3.0, "random2": -2.0, "random3": 0.0}.items():
+        write_run(tmp_path / f"{order}_k_5_seed_1", [n + shift for n in nll_rank])
+    report = run(monkeypatch, capsys, str(tmp_path), "--ks", "5")
+    assert "4 of 6 differences exclude 0: 2 with the ranking better, 2 with the order better." in report

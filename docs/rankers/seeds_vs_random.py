@@ -66,7 +66,7 @@ def main():
              "interval that excludes 0.", "",
              "| seed | k | ranking | " + " | ".join(f"order {i + 1}" for i in range(len(orders))) + " |",
              "| ---: | ---: | ---: | " + " | ".join("---:" for _ in orders) + " |"]
-    excluded, total = 0, 0
+    ranking_better, order_better, total = 0, 0, 0
     for seed in seeds:
         hashes, nll0, tok0 = blocks(os.path.join(args.sweep, f"k_0_seed_{seed}"))
         rng = np.random.default_rng(seed)
@@ -90,10 +90,11 @@ def main():
                 diff = 100 * (values["ranking"] - values[o]) / base
                 low, high = np.percentile(diff[1:], [2.5, 97.5])
                 star = "*" if low > 0 or high < 0 else ""
-                excluded, total = excluded + bool(star), total + 1
+                ranking_better, order_better, total = ranking_better + (high < 0), order_better + (low > 0), total + 1
                 cells.append(f"{values[o][0]:.1f} ({diff[0]:+.0f} [{low:+.0f}, {high:+.0f}]{star})")
             lines.append(f"| {seed} | {k} | {values['ranking'][0]:.1f} | " + " | ".join(cells) + " |")
-    lines += ["", f"{excluded} of {total} differences exclude 0."]
+    lines += ["", f"{ranking_better + order_better} of {total} differences exclude 0: {ranking_better} with the "
+              f"ranking better, {order_better} with the order better."]
     report = "\n".join(lines) + "\n"
     print(report)
     if args.out:
