@@ -14,6 +14,7 @@ import argparse
 import csv
 
 import numpy as np
+from scipy.stats import spearmanr
 
 KINDS = ("first token", "previous token", "self", "broad")
 
@@ -41,10 +42,6 @@ variance = {h: float(np.mean([float(f[h]["pattern_variance"]) for f in files])) 
 best = {h: min(names, key=lambda n: (delta[h, n], n)) for h in heads}
 
 
-def ranks(x):
-    return np.argsort(np.argsort(x)).astype(float)
-
-
 extra = " | median pattern variance" if has_variance else ""
 print("| profile | heads | " + " | ".join(f"median Δ {n}" for n in names) + " | least costly: "
       + " / ".join(names) + "".join(f" | constant < {n}" for n in others) + extra + " |")
@@ -63,7 +60,7 @@ if has_variance:
     print()
     for n in others:
         gap = [delta[h, "constant"] - delta[h, n] for h in heads]
-        rho = np.corrcoef(ranks(np.array([variance[h] for h in heads])), ranks(np.array(gap)))[0, 1]
+        rho = spearmanr([variance[h] for h in heads], gap).statistic  # ties get average ranks
         print(f"Spearman(pattern variance, Δconstant − Δ{n}) = {rho:+.2f} over {len(heads)} heads")
 
 print(f"\n| layer | head | profile | " + " | ".join(f"Δ {n}" for n in names) + (" | pattern variance" if has_variance
