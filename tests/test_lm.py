@@ -152,6 +152,34 @@ def test_sweep_stages_of_lm(lm_folder, tmp_path):
         assert "(evaluation)" in stages[name].description
 
 
+def test_the_default_ranker_is_taylor_on_a_decoder_and_lambda_on_an_encoder(lm_folder, tmp_path, capsys):
+    """λ ranks decoders worse than random orders (docs/rankers.md): a decoder's sweep ranks by taylor unless --ranker
+    is given; an encoder's keeps the paper's λ; λ asked for on a decoder is run, with one line pointing to the docs."""
+    from papa.sweep.arguments import parse_sweep_args
+    from papa.sweep.run import begin_sweep, make_plan, prepare_sweep
+
+    model, train, valid = lm_folder
+    common = ["--train_file", train, "--validation_file", valid, "--output_dir", str(tmp_path / "s")]
+    args, passthrough = parse_sweep_args(["--task_name", "lm", "--model_name_or_path", model, *common])
+    plan = make_plan(args, LM)
+    assert plan.rankers == ("taylor",) and plan.causal
+    assert dict(plan.ranker_flags)["taylor"][:2] == ["--ranker", "taylor"]
+    encoder, _ = parse_sweep_args(["--output_dir", str(tmp_path / "e")])
+    assert make_plan(encoder, get_task("repeat")).rankers == ("lambda",)
+    # --ranker_loss distill has no signal for taylor: refused with the fix, not silently changed
+    distill, _ = parse_sweep_args(["--task_name", "lm", "--model_name_or_path", model, "--ranker_loss", "distill", *common])
+    with pytest.raises(PapaError, match="distill has no signal for taylor.*add --ranker loo"):
+        make_plan(distill, LM)
+    # λ on a decoder, asked for: run, with a pointer
+    args, passthrough = parse_sweep_args(["--task_name", "lm", "--model_name_or_path", model, "--ranker", "lambda",
+                                          *common])
+    prepared = prepare_sweep(args, LM, passthrough)
+    assert prepared.plan.rankers == ("lambda",)
+    begin_sweep(prepared)
+    out = capsys.readouterr().out
+    assert "ranked by lambda" in out and "docs/rankers.md" in out.splitlines()[1]
+
+
 # ----------------------------------------------------------------------------- sign convention
 
 

@@ -31,9 +31,9 @@ def see_the_running_interpreters_packages(venv):
 
 
 def test_site_folders_are_the_running_interpreters():
-    """The folder torch was imported from is one of them, whether the tests run in a venv or not."""
+    """The folder torch was imported from is one of them, whether the tests run in a venv or not, and wherever that
+    venv lies: the README's lies inside the checkout (.venv), CI's too."""
     assert os.path.dirname(os.path.dirname(torch.__file__)) in site_folders()
-    assert all(REPO not in Path(folder).parents for folder in site_folders())
 
 
 @pytest.mark.slow

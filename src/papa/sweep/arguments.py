@@ -44,9 +44,11 @@ class SweepArguments:
                                            "loses least alone on the ranking data: sort/best_of.csv)."})
     ranker: list[str] | None = field(default=None, metadata={
         "nargs": "+", "choices": RANKERS, "help": "How the heads are ranked (papa.method.rankers; run_papa_glue.py "
-        "--ranker): lambda (the original's trained mixing weights; default), gates, taylor, loo, iterative, "
-        "iterative_taylor. Several rank side by side: the first ranks PAPA's runs (sort/, k_<k>/), each other one "
-        "its own (sort_<name>/, <name>_k_<k>/), compared with PAPA and with the random orders in the results."})
+        "--ranker): lambda (the original's trained mixing weights), gates, taylor, loo, iterative, "
+        "iterative_taylor. Default: lambda on an encoder (the paper's), taylor on a decoder (λ ranks a decoder's "
+        "heads worse than random orders: docs/rankers.md). Several rank side by side: the first ranks PAPA's runs "
+        "(sort/, k_<k>/), each other one its own (sort_<name>/, <name>_k_<k>/), compared with PAPA and with the "
+        "random orders in the results."})
     random_orders: int = field(default=1, metadata={
         "help": "Random orders of the heads to compare the rankers with (with the random_order control, or when "
                 "N > 1, which adds it): order 1 is random_order/, order i random_order_<i>/ (seeded by --seed and "
@@ -180,7 +182,7 @@ class SweepArguments:
             if isinstance(value, (list, tuple)):
                 setattr(self, name, value[0] if len(value) == 1 else list(dict.fromkeys(value)))
         self.controls = list(dict.fromkeys(self.controls or []))
-        self.ranker = list(dict.fromkeys(self.ranker or ["lambda"]))
+        self.ranker = list(dict.fromkeys(self.ranker)) if self.ranker else None  # None: the model's default
         if isinstance(self.random_orders, bool) or self.random_orders < 1:
             raise PapaError(f"--random_orders must be 1 or more; got {self.random_orders}")
         check_positive(self.ranker_max_samples, "--ranker_max_samples")
@@ -189,7 +191,7 @@ class SweepArguments:
                             "--ranker_max_samples N, or drop --ranker_sample")
         check_positive(self.ranker_steps, "--ranker_steps")
         check_positive(self.lambda_learning_rate, "--lambda_learning_rate")
-        bad = [r for r in self.ranker if r in ("taylor", "iterative_taylor")]
+        bad = [r for r in self.ranker or () if r in ("taylor", "iterative_taylor")]
         if self.ranker_loss == "distill" and bad:
             raise PapaError(f"--ranker_loss distill has no signal for {', '.join(bad)} (taylor's gradient of "
                             "distillation is 0 at the stock model): rank with loo, iterative or gates, or drop "

@@ -31,22 +31,22 @@ def random_order_names(count):
     return ["random_order"] + [f"random_order_{i}" for i in range(2, count + 1)]
 
 
-def sweep_controls(args):
-    """The sweep's controls: the other rankers, then --controls in their order, random_order expanded to the
-    --random_orders orders (N > 1 adds it)."""
+def sweep_controls(args, rankers):
+    """The sweep's controls: the other rankers (`rankers`, resolved: papa.sweep.defaults.default_rankers), then
+    --controls in their order, random_order expanded to the --random_orders orders (N > 1 adds it)."""
     controls = list(args.controls)
     if args.random_orders > 1 and "random_order" not in controls:
         controls.append("random_order")
     if "random_order" in controls:  # orders 2..N beside order 1, where it was given
         at = controls.index("random_order")
         controls[at:at + 1] = random_order_names(args.random_orders)
-    return tuple([f"ranker_{r}" for r in args.ranker[1:]] + controls)
+    return tuple([f"ranker_{r}" for r in rankers[1:]] + controls)
 
 
-def ranker_flags(args):
-    """{ranker: its ranking runs' flags beyond --sort_calculating True}."""
+def ranker_flags(args, rankers):
+    """{ranker: its ranking runs' flags beyond --sort_calculating True}, for each of the resolved `rankers`."""
     flags = {}
-    for ranker in args.ranker:
+    for ranker in rankers:
         own = [] if ranker == "lambda" else ["--ranker", ranker, "--ranker_loss", args.ranker_loss]
         if args.ranker_max_samples is not None and ranker != "lambda":  # λ trains on the training data, as before
             own += ["--ranker_max_samples", str(args.ranker_max_samples)]
@@ -56,9 +56,9 @@ def ranker_flags(args):
             own += ["--ranker_steps", str(args.ranker_steps)]
         if args.rank_kv_groups:
             own += ["--rank_kv_groups", "true"]
-        if getattr(args, "head_replacements", False) and ranker == args.ranker[0]:  # PAPA's ranking runs (sort/)
+        if getattr(args, "head_replacements", False) and ranker == rankers[0]:  # PAPA's ranking runs (sort/)
             own += ["--head_replacements", "true"]
-        if "best_of" in (args.controls or ()) and ranker == args.ranker[0]:  # its choice, for the best_of runs
+        if "best_of" in (args.controls or ()) and ranker == rankers[0]:  # its choice, for the best_of runs
             own += ["--best_of", "true"]
         if args.lambda_learning_rate is not None and ranker in ("lambda", "gates"):
             own += ["--lambda_learning_rate", repr(args.lambda_learning_rate)]

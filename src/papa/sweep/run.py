@@ -29,10 +29,11 @@ from ..data.tasks import KINDS
 from ..data.tokenized_cache import CACHE_ENV
 from . import controls, orderings
 from .child import start_fork_server
-from .defaults import (averaging_flags, check_data_source, check_passthrough, check_structured_controls,
-                       constants_file, default_static_heads_nums, task_defaults)
+from .defaults import (LAMBDA_ON_DECODER, averaging_flags, check_data_source, check_passthrough,
+                       check_structured_controls, constants_file, default_rankers, default_static_heads_nums,
+                       task_defaults)
 from .launchers import check_launcher, make_launcher, run_scheduled, sweep_tasks
-from .results import remove_results, write_results
+from .results import RESULTS_FILES, remove_results, write_results
 from .stages import Stage, human, removed_unless_finished, run_stage
 
 
@@ -59,7 +60,8 @@ class Plan:
     seeds: tuple | None = None  # --seeds: a probing run per seed, in <run>_seed_<s>/; None: today's layout
     rank_per_seed: bool = False  # a ranking run per seed (sort_seed_<s>/) instead of one with the first seed
     bootstrap_samples: int = 1000
-    rankers: tuple = ("lambda",)  # --ranker: the first ranks PAPA's runs (sort/), the others are orderings
+    rankers: tuple = ("lambda",)  # --ranker, else default_rankers: the first ranks PAPA's runs (sort/), the others are orderings
+    causal: bool = False  # a decoder
     ranker_flags: tuple = ()  # ((ranker, flags of its ranking runs beyond --sort_calculating), ...)
     constants_file: str = "avgs.pt"  # what the averaging stage writes: structured_constants.pt with --constants
     lm_eval_tasks: tuple = ()  # --lm_eval_tasks: scored in every probing run (papa.evaluation.scoring)
@@ -136,6 +138,8 @@ def make_plan(args, task):
             raise PapaError(f"--static_heads_nums: {bad} outside 0..{layers * heads} (the model has {layers} layers "
                             f"x {heads} heads)")
     epochs = float(args.num_train_epochs or defaults["num_train_epochs"])
+    causal = is_decoder(model_path)
+    rankers = tuple(args.ranker or default_rankers(causal, args.ranker_loss))
     return Plan(
         task=task, model_path=model_path, layers=layers, heads_per_layer=heads, ks=ks,
         output_dir=os.path.abspath(args.output_dir or os.path.join("outputs", f"papa_sweep_{task.name}")),
@@ -147,8 +151,8 @@ def make_plan(args, task):
         per_device_eval_batch_size=defaults["per_device_eval_batch_size"],
         avgs_batch_size=defaults["avgs_batch_size"],
         evaluation_strategy=defaults["evaluation_strategy"],
-        controls=orderings.sweep_controls(args),
-        rankers=tuple(args.ranker), ranker_flags=tuple(orderings.ranker_flags(args).items()),
+        controls=orderings.sweep_controls(args, rankers),
+        rankers=rankers, ranker_flags=tuple(orderings.ranker_flags(args, rankers).items()), causal=causal,
         seed=args.seed, seeds=None if args.seeds is None else tuple(args.seeds), rank_per_seed=args.rank_per_seed,
         bootstrap_samples=args.bootstrap_samples, lm_eval_tasks=tuple(args.lm_eval_tasks or ()),
         lm_eval_limit=args.lm_eval_limit,
@@ -335,11 +339,13 @@ def begin_sweep(prepared):
     os.makedirs(plan.output_dir, exist_ok=True)
     shown = f"; controls: {' '.join(plan.controls)}" if plan.controls else ""
     print(f"[sweep] PAPA sweep: {model_name}, {plan.layers} layers x {plan.heads_per_layer} heads = "
-          f"{plan.total_heads}; task {plan.task.name}; k = {' '.join(map(str, plan.ks))}{shown}; "
-          f"output in {plan.output_dir}", flush=True)
+          f"{plan.total_heads}; task {plan.task.name}; ranked by {' '.join(plan.rankers)}; "
+          f"k = {' '.join(map(str, plan.ks))}{shown}; output in {plan.output_dir}", flush=True)
+    if plan.causal and "lambda" in plan.rankers:
+        print(f"[sweep] {LAMBDA_ON_DECODER}", flush=True)
     save_sweep_json(plan, args, prepared.passthrough)
     controls.write_artifacts(plan.output_dir, plan.controls, plan.layers, plan.heads_per_layer, plan.max_seq_length,
-                             args.seed, causal=is_decoder(plan.model_path))
+                             args.seed, causal=plan.causal)
     pending = any(stage.why_not_done(stage.fingerprint(plan.output_dir)) for stage in prepared.stages)
     if pending:
         remove_results(plan.output_dir)  # they describe stages about to be redone; written again at the end
@@ -353,8 +359,9 @@ def finish_sweep(prepared, start):
     print("\n" + results.markdown, flush=True)
     if results.warning:
         print(f"[sweep] warning: {results.warning}", flush=True)
-    print(f"[sweep] finished in {human(time.monotonic() - start)}: results.csv, results.md, results.png, "
-          f"lambdas.png, constant_matrices.png in {plan.output_dir}", flush=True)
+    written = [name for name in RESULTS_FILES if os.path.isfile(os.path.join(plan.output_dir, name))]
+    print(f"[sweep] finished in {human(time.monotonic() - start)}: {', '.join(written)} in {plan.output_dir}",
+          flush=True)
     return results
 
 
