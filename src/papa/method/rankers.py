@@ -32,6 +32,21 @@ RANKERS = ("lambda", "gates", "taylor", "loo", "iterative", "iterative_taylor")
 ROUNDS = 10  # iterative: one tenth of the units per round
 
 
+def default_rankers(causal, ranker_loss="task"):
+    """The ranking when --ranker is not given: λ on an encoder, the paper's; taylor on a decoder, where λ ranks worse
+    than random orders (SmolLM2, Gemma-3) and taylor, at about λ's cost, far better (docs/rankers.md)."""
+    if not causal:
+        return ("lambda",)
+    if ranker_loss == "distill":
+        raise PapaError("--ranker_loss distill has no signal for taylor, a decoder's default ranker (its gradient of "
+                        "distillation is 0 at the stock model): add --ranker loo, iterative or gates")
+    return ("taylor",)
+
+
+LAMBDA_ON_DECODER = ("note: λ ranks a decoder's heads worse than random orders on SmolLM2 and Gemma-3 "
+                     "(docs/rankers.md); --ranker taylor ranks by loss at the same cost")
+
+
 @dataclass(frozen=True)
 class Scored:
     """A ranker's result: units in ranked order, each with its score (and the ranker's extra columns)."""

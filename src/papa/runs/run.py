@@ -31,6 +31,7 @@ from ..data.glue import load_sequence_task
 from ..errors import PapaError
 from ..evaluation.scoring import check_lm_eval_run, score_probing_model
 from ..families import family_for
+from ..method.rankers import LAMBDA_ON_DECODER
 from ..io import atomic_files, atomic_path
 from ..data.lm import check_lm_flags, check_lm_run, lm_blocks, load_lm_texts
 from .metrics import block_nll, trainer_metrics
@@ -291,6 +292,8 @@ def run_probing(task, model_args, data_args, training_args):
                         model_args.cache_dir, mean_outputs=heads.mean_outputs,
                         output_corrections=heads.output_corrections, structured=heads.structured)
     ranker = model_args.ranker if heads.mix_all_heads else None
+    if ranker == "lambda" and family_for(config).causal:
+        stage(LAMBDA_ON_DECODER)
     if ranker not in (None, "lambda"):  # the probe trains at k = 0 first, alone (papa.runs.ranking)
         mode = "grad_for_classifier_only"
     logger.info("trainable parameters: %s", ", ".join(set_trainable(model, mode)))

@@ -60,21 +60,6 @@ RESERVED_FLAGS = {
 }
 
 
-def default_rankers(causal, ranker_loss="task"):
-    """The ranking when --ranker is not given: λ on an encoder, the paper's; taylor on a decoder, where λ ranks worse
-    than random orders (SmolLM2, Gemma-3: docs/rankers.md) and taylor beats every order at the same cost."""
-    if not causal:
-        return ("lambda",)
-    if ranker_loss == "distill":
-        raise PapaError("--ranker_loss distill has no signal for taylor, a decoder's default ranker (its gradient of "
-                        "distillation is 0 at the stock model): add --ranker loo, iterative or gates")
-    return ("taylor",)
-
-
-LAMBDA_ON_DECODER = ("note: λ ranks a decoder's heads worse than random orders on SmolLM2 and Gemma-3 "
-                     "(docs/rankers.md); --ranker taylor ranks by loss at the same cost")
-
-
 def task_defaults(task):
     """The defaults for a task (a papa.data.tasks.TaskSpec): measured quick ones for the built-in task, lm's, else the
     README's."""

@@ -29,9 +29,9 @@ from ..data.tasks import KINDS
 from ..data.tokenized_cache import CACHE_ENV
 from . import controls, orderings
 from .child import start_fork_server
-from .defaults import (LAMBDA_ON_DECODER, averaging_flags, check_data_source, check_passthrough,
-                       check_structured_controls, constants_file, default_rankers, default_static_heads_nums,
-                       task_defaults)
+from ..method.rankers import LAMBDA_ON_DECODER, default_rankers
+from .defaults import (averaging_flags, check_data_source, check_passthrough, check_structured_controls,
+                       constants_file, default_static_heads_nums, task_defaults)
 from .launchers import check_launcher, make_launcher, run_scheduled, sweep_tasks
 from .results import RESULTS_FILES, remove_results, write_results
 from .stages import Stage, human, removed_unless_finished, run_stage
