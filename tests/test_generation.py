@@ -67,16 +67,24 @@ def stepped_logits(model, ids, mask, prompt, chunks):
     return torch.cat(out, dim=1), cache
 
 
+@pytest.mark.parametrize("fft", [False, True])
 @pytest.mark.parametrize("impl", ["eager", "sdpa"])
 @pytest.mark.parametrize("static", ["none", "some", "all"])
 @pytest.mark.parametrize("kind", ["full", "full_strips", "toeplitz", "sink_window"])
 @pytest.mark.parametrize("name", ["llama", "mistral", "gemma3_text", "gpt2"])
-def test_each_step_equals_the_full_forward(name, kind, static, impl, monkeypatch):
+def test_each_step_equals_the_full_forward(name, kind, static, impl, fft, monkeypatch):
     """Prompt of 5, one step of 3 tokens, then single tokens to T: every real position's logits equal the full
     forward's, in a left-padded batch (Mistral and Gemma 3: sliding windows of 4, shorter than T; full_strips: the
-    constants held as block-row strips; GPT-2: each head its own K/V head, learned positions)."""
+    constants held as block-row strips; GPT-2: each head its own K/V head, learned positions). `fft`: structured
+    constants by their FFT product at every length, the prompt's (prefill) and the full forward's alike."""
     if static == "none" and kind != "full":
         pytest.skip("no constant head: the kind plays no part")
+    if fft and kind not in ("toeplitz", "sink_window"):
+        pytest.skip("the FFT product is structured constants'")
+    if fft:
+        from papa.families import structured
+
+        monkeypatch.setattr(structured, "FFT_MIN_LENGTH", 1)
     if kind == "full_strips":
         monkeypatch.setattr(block_triangle, "BLOCK", 4)  # T = 12 ≥ 2·4: held as strips of 4 rows
     model = patched(name, kind, STATIC[static])

@@ -130,3 +130,21 @@ def test_a_grid_summary_names_the_orderings():
     md = summary_markdown([o])
     assert "taylor ranking" in md and "random order 2" in md
     assert {r["variant"] for r in summary_rows([o])} == {"PAPA", "ranker_taylor", "random_order_2"}
+
+
+def test_random_orders_of_kv_groups_take_each_groups_heads_together():
+    """--rank_kv_groups: the random orders permute K/V groups, as the rankers rank them; one head per unit is the
+    permutation it always was."""
+    import numpy as np
+
+    from papa.sweep.controls import random_order
+
+    heads_order = random_order(4, 6, seed=3, index=2)
+    expected = np.random.default_rng([3, 2]).permutation(24)
+    assert heads_order == [[int(i // 6), int(i % 6)] for i in expected]
+    groups = random_order(4, 6, seed=3, index=2, group=3)
+    assert sorted(map(tuple, groups)) == [(layer, head) for layer in range(4) for head in range(6)]
+    units = [groups[i:i + 3] for i in range(0, 24, 3)]
+    assert all(len({layer for layer, _ in u}) == 1 and [h for _, h in u] == [u[0][1], u[0][1] + 1, u[0][1] + 2]
+               and u[0][1] % 3 == 0 for u in units)
+    assert groups != random_order(4, 6, seed=3, index=3, group=3)

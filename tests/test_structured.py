@@ -52,9 +52,10 @@ def reference_output(C, values, valid, groups):
     return torch.einsum("bhij,bjhd->bihd", probs, values.repeat_interleave(groups, dim=2))
 
 
+@pytest.mark.parametrize("window", [None, 3, 11])  # a sliding-window layer's: row i reads keys j > i − window
 @pytest.mark.parametrize("S, D", [(1, 40), (1, 6), (4, 9), (2, 1)])
 @pytest.mark.parametrize("padding", ["none", "right", "left", "both"])
-def test_fft_product_equals_the_materialised_product(S, D, padding):
+def test_fft_product_equals_the_materialised_product(S, D, padding, window):
     B, seq_len, G, heads, d = 3, 29, 2, 6, 5
     g = torch.Generator().manual_seed(7)
     sink = torch.rand(heads, S, generator=g, dtype=torch.float64)
@@ -66,8 +67,12 @@ def test_fft_product_equals_the_materialised_product(S, D, padding):
         valid[1, -9:] = 0
     if padding in ("left", "both"):
         valid[2, :6] = 0  # the sink positions themselves padded: those rows lean on the profile alone
-    expected = reference_output(loop_matrix(sink, profile, seq_len), values, valid, heads // G)
-    got = structured_output(sink, profile, values, None if padding == "none" else valid)
+    C = loop_matrix(sink, profile, seq_len)
+    if window is not None:
+        i = torch.arange(seq_len)
+        C = C * ((i[:, None] - i[None, :]) < window)
+    expected = reference_output(C, values, valid, heads // G)
+    got = structured_output(sink, profile, values, None if padding == "none" else valid, window)
     assert_close(got, expected, rtol=1e-10, atol=1e-12)
     assert (got[valid == 0] == 0).all()
 
@@ -198,22 +203,20 @@ def test_structured_heads_equal_full_constants_at_every_length(name, seq_len, ff
     products = []  # which layers ran the FFT product
     fft_product = structured_module.structured_output
     monkeypatch.setattr(structured_module, "structured_output",
-                        lambda *args: products.append(args) or fft_product(*args))
+                        lambda *args, **kwargs: products.append(args) or fft_product(*args, **kwargs))
 
     sink, profile = random_structured()
     stock = tiny_decoder(name)
     structured = patch_model(copy.deepcopy(stock), static_heads=STATIC, structured=(sink, profile))
-    # the FFT covers every layer with constant heads and no window shorter than the sequence (at every length
-    # when forced on); windowed layers materialise their matrices
-    unwindowed = [layer for layer, module in enumerate(attention_modules(structured))
-                  if layer in STATIC and (module.papa_window is None or module.papa_window >= seq_len)]
+    # the FFT covers every layer with constant heads, windowed ones too, when forced on at every length
+    replaced = [layer for layer in range(len(attention_modules(structured))) if layer in STATIC]
     full = patch_model(copy.deepcopy(stock), full_at(sink, profile, seq_len), static_heads=STATIC)
     ids, mask = right_padded_batch(lengths=(seq_len, 5, 3))
     ids, mask = ids[:, :seq_len], mask[:, :seq_len]
     with torch.no_grad():
         assert_close(structured(ids, attention_mask=mask).logits, full(ids, attention_mask=mask).logits,
                      rtol=1e-4, atol=1e-5)
-        assert len(products) == (len(unwindowed) if fft_from == 1 else 0)
+        assert len(products) == (len(replaced) if fft_from == 1 else 0)
         a = structured(ids, attention_mask=mask, output_attentions=True)
         b = full(ids, attention_mask=mask, output_attentions=True)
         assert_close(a.logits, b.logits, rtol=1e-4, atol=1e-5)
@@ -226,10 +229,14 @@ def test_structured_heads_equal_full_constants_at_every_length(name, seq_len, ff
     assert_close(dropped, full(ids, attention_mask=mask).logits, rtol=1e-4, atol=1e-5)
 
 
-@pytest.mark.parametrize("name", ["llama", "gpt2"])
-def test_structured_mix_mode_equals_full_mix_mode(name):
+@pytest.mark.parametrize("fft_from", [1, 1 << 30])  # the ranking run's constant share by FFT, or materialised
+@pytest.mark.parametrize("name", ["llama", "gemma3_text", "gpt2"])
+def test_structured_mix_mode_equals_full_mix_mode(name, fft_from, monkeypatch):
     import copy
 
+    from papa.families import structured as structured_module
+
+    monkeypatch.setattr(structured_module, "FFT_MIN_LENGTH", fft_from)
     sink, profile = random_structured(S=1, D=T)
     stock = tiny_decoder(name)
     a = patch_model(copy.deepcopy(stock), structured=(sink, profile), mix_all_heads=True)

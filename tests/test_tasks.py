@@ -31,7 +31,7 @@ def test_a_task_of_the_other_kind_names_the_right_script():
 
 def test_registry_lists_the_readme_tasks():
     assert task_names("sequence") == ["cola", "sst2", "mrpc", "qqp", "stsb", "mnli", "qnli", "rte", "wnli", "repeat",
-                                      "lm", "lm_qnli", "lm_mrpc"]  # lm runs under the sequence scripts
+                                      "lm", "lm_qnli", "lm_mrpc", "passkey", "passkey_multi", "copy"]  # lm runs there
     assert task_names("token") == ["ner", "pos", "chunk"]
     assert get_task("LM", "sequence").kind == "lm"
     assert all(isinstance(spec, TaskSpec) and spec.name == name for name, spec in TASKS.items())
@@ -59,8 +59,13 @@ def test_conll_labels_are_the_hub_features_order():
 def test_every_spec_is_complete(name):
     spec = TASKS[name]
     if spec.kind == "lm":  # the model's own LM head; perplexity, lower is better; no test split
-        assert spec.model_class == "AutoModelForCausalLM" and spec.main_metrics == ("perplexity",)
-        assert spec.direction("eval_perplexity") == -1 and not spec.test_splits and spec.eval_splits == VALIDATION
+        assert spec.model_class == "AutoModelForCausalLM" and not spec.test_splits and spec.eval_splits == VALIDATION
+        assert spec.direction("eval_perplexity") == spec.direction("eval_loss") == -1
+        if spec.retrieval:  # papa.data.retrieval: exact match (higher is better) and the answer's loss
+            assert spec.retrieval == name and set(spec.main_metrics) <= set(spec.metrics)
+            assert spec.direction("eval_exact_match") == spec.direction("eval_token_accuracy") == 1
+        else:
+            assert spec.main_metrics == ("perplexity",)
         return
     assert spec.direction(f"eval_{spec.main_metrics[0]}") == 1
     assert spec.model_class in ("AutoModelForSequenceClassification", "AutoModelForTokenClassification")

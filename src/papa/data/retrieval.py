@@ -6,7 +6,8 @@ the sweep, every ranker):
 
     passkey        [bos] intro · filler · needle · filler · question · answer
                    needle   " The pass key is 71432. Remember it. 71432 is the pass key."
-                   question " What is the pass key? The pass key is"      answer " 71432"
+                   question " What is the pass key? The pass key is"      answer " 71432" (its digits, where the
+                   tokenizer writes the space as a token of its own: the prompt ends with it, as the text runs)
                    (the prompt of Mohtashami & Jaggi 2023, landmark attention, as long-context tools use it)
     passkey_multi  the same with KEYS needles, each a door's ("The pass key of the red door is ..."), one asked for:
                    the others are distractors a head must not copy
@@ -62,6 +63,7 @@ class Example:
     labels: list  # -100 but at the answer's tokens
     depth: float | None  # where the asked needle starts, as a fraction of the filler (None: copy)
     key: str
+    needle: tuple  # [start, end): the tokens the answer is copied from (the asked needle; copy: the first copy)
 
 
 def check_kind(kind):
@@ -139,6 +141,8 @@ def passkey_example(tokenizer, seq_len, rng, depth, filler, multi=False):
         needles = [_encode(tokenizer, NEEDLE.format(key=keys[0]))]
         question, others = _encode(tokenizer, QUESTION), []
     answer = _encode(tokenizer, ANSWER.format(key=keys[0]))
+    if len(answer) > 1 and not tokenizer.decode(answer[:1]).strip():  # a lone space token before the digits
+        question, answer = question + answer[:1], answer[1:]  # ends the prompt, as running text has it: the digits
     fixed = len(bos) + len(intro) + sum(map(len, needles)) + len(question) + len(answer)
     budget = seq_len - fixed
     if budget < 0:
@@ -149,14 +153,17 @@ def passkey_example(tokenizer, seq_len, rng, depth, filler, multi=False):
     places = [(_nearest(boundaries, d * budget), n) for n, d in enumerate([depth, *others])]
     ids, last = list(bos) + intro, 0
     for place, n in sorted(places):
-        ids += tokens[last:place] + needles[n]
+        ids += tokens[last:place]
+        if n == 0:
+            span = (len(ids), len(ids) + len(needles[0]))
+        ids += needles[n]
         last = place
     ids += tokens[last:] + question
     prompt_length = len(ids)
     ids += answer
     labels = [IGNORE] * prompt_length + answer
     asked = next(place for place, n in places if n == 0)
-    return Example(ids, labels, asked / budget if budget else depth, keys[0])
+    return Example(ids, labels, asked / budget if budget else depth, keys[0], span)
 
 
 def word_tokens(tokenizer):
@@ -164,7 +171,7 @@ def word_tokens(tokenizer):
     special = set(tokenizer.all_special_ids)
     tokens = tokenizer.convert_ids_to_tokens(list(range(len(tokenizer))))
     ids = [i for i, t in enumerate(tokens) if t is not None and i not in special and WORD.match(t)]
-    if len(ids) < 100:
+    if len(ids) < 16:
         raise PapaError(f"the tokenizer has only {len(ids)} word tokens: too few for the copy task")
     return ids
 
@@ -179,7 +186,8 @@ def copy_example(tokenizer, seq_len, rng, vocabulary):
     r = [rng.choice(vocabulary) for _ in range(half)]
     ids = bos + extra + r + r
     labels = [IGNORE] * (len(ids) - half + 1) + r[1:]
-    return Example(ids, labels, None, "")
+    first = len(bos) + len(extra)
+    return Example(ids, labels, None, "", (first, first + half))
 
 
 def make_examples(kind, tokenizer, seq_len, count, split, sentences=None, depths=DEPTHS, seed=0):
@@ -197,9 +205,54 @@ def make_examples(kind, tokenizer, seq_len, count, split, sentences=None, depths
 
 
 def as_columns(examples):
-    """The examples as dataset columns: input_ids, attention_mask (all 1), labels, and depth where it applies."""
+    """The examples as dataset columns: input_ids, attention_mask (all 1), labels, needle ([start, end)), and depth
+    where it applies."""
     columns = {"input_ids": [e.input_ids for e in examples], "attention_mask": [[1] * len(e.input_ids) for e in examples],
-               "labels": [e.labels for e in examples]}
+               "labels": [e.labels for e in examples], "needle": [list(e.needle) for e in examples]}
     if examples and examples[0].depth is not None:
         columns["depth"] = [float(e.depth) for e in examples]
     return columns
+
+
+FILLERS = ("fixed", "qnli", "mrpc")  # --filler: the fixed sentences, or QNLI's (Wikipedia) / MRPC's (news) in --data_dir
+
+
+def filler_sentences(filler, data_dir, splits):
+    """{split: the natural filler's sentences, or None for the fixed filler}: each split's own sentences of the GLUE
+    folder (papa.data.lm.glue_sentences: the training and held-out text never share a sentence)."""
+    if filler not in FILLERS:
+        raise PapaError(f"--filler must be one of {', '.join(FILLERS)}; got {filler!r}")
+    if filler == "fixed":
+        return {split: None for split in splits}
+    if data_dir is None:
+        raise PapaError(f"--filler {filler} reads the sentences of GLUE's {filler.upper()} TSVs: pass --data_dir (that "
+                        "folder, or a root holding it, e.g. ../shared/data), or use --filler fixed")
+    from .lm import glue_sentences
+    from .tasks import get_task
+
+    sentences = glue_sentences(get_task(f"lm_{filler}"), data_dir)
+    return {split: sentences[split] for split in splits}
+
+
+def retrieval_datasets(task, sources, tokenizer, seq_len, limits, depths=None):
+    """DatasetDict of the retrieval task's splits (`sources`: filler_sentences' dict), `limits[split]` examples each
+    (None: SIZES), every example `seq_len` tokens."""
+    import datasets
+
+    out = {}
+    for split, sentences in sources.items():
+        count = limits.get(split) or SIZES[split]
+        examples = make_examples(task.retrieval, tokenizer, seq_len, count, split, sentences, depths or DEPTHS)
+        out[split] = datasets.Dataset.from_dict(as_columns(examples))
+    return datasets.DatasetDict(out)
+
+
+def check_retrieval_flags(task, filler, depths):
+    """--filler and --retrieval_depths shape the retrieval tasks' data; on another task they would be ignored."""
+    if task.retrieval is None and (filler != "fixed" or depths):
+        flag = "--filler" if filler != "fixed" else "--retrieval_depths"
+        raise PapaError(f"{flag} shapes the retrieval tasks' data ({', '.join(KINDS)}), not {task.name}'s: drop it")
+    if task.retrieval == "copy" and (filler != "fixed" or depths):
+        raise PapaError("the copy task has no filler and no key depth: drop --filler and --retrieval_depths")
+    if depths and any(not 0 <= d <= 1 for d in depths):
+        raise PapaError(f"--retrieval_depths are fractions of the filler, 0 to 1; got {list(depths)}")

@@ -66,6 +66,7 @@ class TaskSpec:
     quick_sweep: bool = False  # the sweep's defaults: papa.sweep.defaults.REPEAT_DEFAULTS, not the original README's
     custom: bool = False  # built from the user's files (papa.data.custom): labels matched by value, no combined_score
     lower_is_better: tuple[str, ...] = ()  # metrics (no "eval_") whose rise is a loss, e.g. perplexity
+    retrieval: str | None = None  # lm tasks generated for any T, only the answer scored (papa.data.retrieval.KINDS)
 
     def direction(self, metric):
         """+1 when a rise in `metric` (an eval_results key or a bare name) is a gain, -1 when it is a loss."""
@@ -104,6 +105,10 @@ def _conll(name, column, labels):
 
 PAIR = ("sentence1", "sentence2")
 LM = dict(metrics=("perplexity",), main_metrics=("perplexity",), test_splits=(), lower_is_better=("perplexity", "loss"))
+# exact_match: greedy decoding reproduces the answer; token_accuracy: its tokens that are the argmax; loss: nats per
+# answer token (papa.models.lm_head)
+PASSKEY = dict(metrics=("exact_match", "token_accuracy", "loss", "perplexity"), main_metrics=("exact_match", "loss"),
+               test_splits=(), lower_is_better=("perplexity", "loss"))
 BINARY_IDS = dict(tsv_labels="ids")
 F1_FIRST = dict(metrics=("accuracy", "f1"), main_metrics=("f1", "accuracy"))
 
@@ -145,6 +150,10 @@ TASKS = {spec.name: spec for spec in (
     TaskSpec("lm_qnli", "lm", ("sentence",), glue_folder="QNLI", tsv_columns=(("sentence", "sentence"),), **LM),
     # MRPC's first sentence of each pair only: the second paraphrases it, and would make the text a copying task
     TaskSpec("lm_mrpc", "lm", ("sentence",), glue_folder="MRPC", tsv_columns=(("#1 String", "sentence"),), **LM),
+    # long-context retrieval (papa.data.retrieval): generated at --max_seq_length, scored on the answer alone
+    TaskSpec("passkey", "lm", retrieval="passkey", **PASSKEY),
+    TaskSpec("passkey_multi", "lm", retrieval="passkey_multi", **PASSKEY),
+    TaskSpec("copy", "lm", retrieval="copy", **dict(PASSKEY, main_metrics=("loss", "token_accuracy"))),
 )}
 
 

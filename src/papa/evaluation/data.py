@@ -56,6 +56,40 @@ def text_documents(papa_task=None, text_file=None, data_dir=None, **_):
     return DatasetDict(validation=Dataset.from_dict({"page": pages}))
 
 
+def retrieval_documents(papa_task, seq_len=2048, count=50, tokenizer=None, pretrained=None, filler="fixed",
+                        data_dir=None, **_):
+    """{"validation": documents with "context" and "target"}: the retrieval task's examples (papa.data.retrieval),
+    `count` of them, each `seq_len` tokens of `tokenizer` (a folder or a bundled name; default: the model's
+    `pretrained`), as text: the prompt, and the answer (passkey: " 71432"; copy: the second copy). lm-eval's
+    loglikelihood request then scores the answer's log-likelihood and whether greedy decoding gives it (`acc`:
+    its is_greedy), as papa's own evaluation does (re-encoding the decoded text may split it a little differently).
+    The documents also carry "key" and "depth"."""
+    from transformers import AutoTokenizer
+
+    from ..data.retrieval import IGNORE, filler_sentences, make_examples
+    from ..models.bundled import local_model_path
+
+    name = tokenizer or (pretrained if isinstance(pretrained, str) else None)
+    if name is None:
+        raise PapaError(f"the {papa_task} lm-eval task makes its examples with the model's tokenizer: give it with "
+                        "--metadata '{\"tokenizer\": \"NAME_OR_FOLDER\"}' (or the model argument pretrained=...)")
+    tok = AutoTokenizer.from_pretrained(local_model_path(name) or name)
+    sentences = filler_sentences(filler, data_root(data_dir) if filler != "fixed" else None, ["validation"])
+    examples = make_examples(papa_task, tok, int(seq_len), int(count), "validation", sentences["validation"])
+    rows = {"context": [], "target": [], "key": [], "depth": []}
+    for e in examples:
+        answer = sum(1 for y in e.labels if y != IGNORE)
+        start = len(e.input_ids) - answer - (1 if papa_task == "copy" else 0)  # copy: the second copy, whole
+        first = 1 if e.input_ids[:1] == [tok.bos_token_id] and tok.bos_token_id is not None else 0  # lm-eval adds it
+        context, target = tok.decode(e.input_ids[first:start]), tok.decode(e.input_ids[start:])
+        bare = context.rstrip()  # a prompt ending in the answer's space: lm-eval puts it before the continuation
+        rows["context"].append(bare)
+        rows["target"].append(context[len(bare):] + target)
+        rows["key"].append(e.key)
+        rows["depth"].append(-1.0 if e.depth is None else float(e.depth))
+    return DatasetDict(validation=Dataset.from_dict(rows))
+
+
 def perplexity_results(doc, results):
     """lm-eval's per-document values for its word/byte perplexities and bits per byte (as its wikitext task)."""
     (loglikelihood,) = results

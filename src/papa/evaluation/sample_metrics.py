@@ -2,7 +2,8 @@
 
 lm-eval keeps, per document, what its aggregation reads: acc 0 or 1 (mean), mcc and f1 a (gold, prediction) pair
 (Matthews correlation and F1 of all pairs), the perplexities and bits per byte a (log-likelihood, words or bytes)
-pair (exp(−Σ log-likelihood / Σ words) ...). `metric_value` aggregates them as lm-eval does, and
+pair (exp(−Σ log-likelihood / Σ words) ...), a loglikelihood task's perplexity the target's log-likelihood
+(exp(−mean)). `metric_value` aggregates them as lm-eval does, and
 `paired_change` resamples the documents two runs share, together, for the change against the reference run
 with a percentile interval: the same paired bootstrap as the sweep's own (papa.sweep.intervals).
 """
@@ -11,7 +12,7 @@ import math
 
 import numpy as np
 
-LOWER_IS_BETTER = ("word_perplexity", "byte_perplexity", "bits_per_byte")
+LOWER_IS_BETTER = ("word_perplexity", "byte_perplexity", "bits_per_byte", "perplexity")
 PAIRED = ("mcc", "f1")
 
 
@@ -25,6 +26,8 @@ def metric_value(metric, values):
 
         golds, preds = zip(*values)
         return float(matthews_corrcoef(golds, preds) if metric == "mcc" else f1_score(golds, preds))
+    if metric == "perplexity":  # a loglikelihood task's: exp(−mean log-likelihood of the target) over documents
+        return math.exp(-float(np.mean([float(v) for v in values])))
     if metric in LOWER_IS_BETTER:
         loglikelihood, size = (float(sum(column)) for column in zip(*values))
         if metric == "bits_per_byte":

@@ -230,7 +230,7 @@ class PapaAttention(HeadLayout):
             result = mean_output(self.mean_outputs.to(values.dtype), valid, values.shape[0])
             return result if out is None else out.copy_(result)
         if self.head_mode == "structured" and structured.uses_fft(self, values.shape[1]):  # O(T log T), no (T, T)
-            result = structured.structured_output(self.structured_sink, self.structured_profile, values, valid)
+            result = self._structured_output(values, valid)
             return result if out is None else out.copy_(result)
         constants = self._constants(values.dtype, values.shape[1])
         result = constant_attention_output(constants, values, valid, out=out, **self._constant_facts(constants, valid))
@@ -244,8 +244,11 @@ class PapaAttention(HeadLayout):
             dynamic = self.papa_dynamic_context(call, values)  # (B, T, H, d)
             if self.papa_gate is STOCK:  # a ranker's layer left as it is: no constant share to compute
                 return dynamic
-            constants = self._constants(values.dtype, T)
-            constant = constant_attention_output(constants, values, valid, **self._constant_facts(constants, valid))
+            if self.head_mode == "structured" and structured.uses_fft(self, T):  # no (H, T, T) at long T
+                constant = self._structured_output(values, valid)
+            else:
+                constants = self._constants(values.dtype, T)
+                constant = constant_attention_output(constants, values, valid, **self._constant_facts(constants, valid))
             constant = add_corrections(constant, self.output_corrections, valid)  # a replacement's own c (mix mode)
             weight = self._mix_weights(values.dtype)[:, None, :, None]  # (1 or B, 1, H, 1)
             return constant + weight * (dynamic - constant)  # σ(λ)·A + (1−σ(λ))·C: λ's gradient reduces A − C, no cancellation
@@ -268,6 +271,11 @@ class PapaAttention(HeadLayout):
             torch.mul(dynamic, row_valid, out=context[:, :, :D])
         self._replaced_output(values[:, :, D:], valid, out=context[:, :, D:])
         return context
+
+    def _structured_output(self, values, valid):
+        """norm(C·P)·V of structured constants by FFT (papa.families.structured), inside the layer's window."""
+        return structured.structured_output(self.structured_sink, self.structured_profile, values, valid,
+                                            self.papa_window)
 
     def papa_projections(self, x, *linears):
         """(linear(x) for linear in linears): the pruned Q/K projections of a layer with replaced heads as one GEMM

@@ -35,6 +35,7 @@ import torch
 from ..errors import PapaError
 from .block_triangle import BlockTriangle
 from .constant_math import reduction_dtype, row_divisor
+from .structured import structured_output, uses_fft
 
 
 @dataclass
@@ -232,10 +233,16 @@ def _constant_context(layer, state, start, units, values, constant_units, consta
         before = state.valid if state.valid is not None else ones.new_ones(B, kept.shape[2] - q)
         valid = torch.cat([before, new_valid if new_valid is not None else ones], dim=1)  # (B, n)
     dtype = reduction_dtype(units.dtype)
-    probs = _probabilities(layer, held, start, q, valid, dtype)  # (S, q, n) or (B, S, q, n)
     U_d = values.shape[1]
     own = constant_index - U_d  # each constant head's index into `kept`, when it reads no dynamic unit
-    if U_d == 0 or bool((own >= 0).all()):
+    if start == 0 and layer.head_mode == "structured" and uses_fft(layer, q):
+        # a long prompt: the no-cache forward's FFT product, no (S, q, q) weights (each head reads its own unit)
+        stored = torch.cat([_plan(layer, units.device)[0], constant_units])  # dynamic units, then constant-only
+        per_head = units.index_select(1, stored.index_select(0, constant_index))  # (B, S, q, d)
+        out = structured_output(layer.structured_sink, layer.structured_profile, per_head.transpose(1, 2), new_valid,
+                                layer.papa_window).transpose(1, 2).to(dtype)  # (B, S, q, d)
+    elif U_d == 0 or bool((own >= 0).all()):
+        probs = _probabilities(layer, held, start, q, valid, dtype)  # (S, q, n) or (B, S, q, n)
         heads_per_unit = len(own) // max(kept.shape[1], 1)
         if kept.shape[1] and len(own) == heads_per_unit * kept.shape[1] and bool(
                 (own == torch.arange(len(own), device=own.device) // heads_per_unit).all()):
@@ -245,6 +252,7 @@ def _constant_context(layer, state, start, units, values, constant_units, consta
         else:
             out = torch.matmul(probs, kept.index_select(1, own).to(dtype))
     else:  # some constant heads read a K/V head the dynamic heads also read: its values from the cache layer
+        probs = _probabilities(layer, held, start, q, valid, dtype)
         positions = torch.cat([torch.arange(lo, hi, device=units.device) for lo, hi in held])  # (n,)
         offset = total - values.shape[-2]  # the cache layer holds positions [offset, total)
         reach = torch.cat([values.index_select(2, positions - offset), kept], dim=1)  # (B, U, n, d)

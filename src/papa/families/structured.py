@@ -50,12 +50,14 @@ def causal_convolution(kernel, signal):
     return torch.fft.irfft(spectrum, n)[..., :T]
 
 
-def structured_output(sink, profile, values, valid):
+def structured_output(sink, profile, values, valid, window=None):
     """norm(C·P)·V for structured constants, without any (T, T) tensor.
 
     sink: (H, S); profile: (H, D); values: (B, T, G, d) with G K/V heads, H a multiple of G (query head h reads
-    K/V head h // (H / G)); valid: (B, T) 1 for real tokens, or None → (B, T, H, d) in the values' dtype. The sums
-    run in float32 (float64 for float64 inputs) and each K/V head's transform is shared by its query heads.
+    K/V head h // (H / G)); valid: (B, T) 1 for real tokens, or None → (B, T, H, d) in the values' dtype. `window`:
+    a sliding-window layer's (a key j reaches row i while i − j < window): the profile is cut to the window and each
+    row reads the sink's keys inside it. The sums run in float32 (float64 for float64 inputs) and each K/V head's
+    transform is shared by its query heads.
     """
     B, T, G, d = values.shape
     H, S = sink.shape
@@ -64,7 +66,7 @@ def structured_output(sink, profile, values, valid):
     m = values.new_ones(B, T, dtype=dtype) if valid is None else valid.to(dtype)  # (B, T)
     masked = values.to(dtype) * m[:, :, None, None]  # (B, T, G, d): m_j V_j
     sink = sink.to(dtype)
-    profile = profile.to(dtype)
+    profile = profile.to(dtype) if window is None else profile[:, :window].to(dtype)
     S = min(S, T)
 
     # the profile term: causal convolution along positions of profile_h with m·V, the sink's first S keys left out
@@ -77,13 +79,19 @@ def structured_output(sink, profile, values, valid):
     m_after[:, :S] = 0
     denominator = causal_convolution(profile, m_after[:, None, :])  # (B, H, T)
 
-    # the sink term: cumulative over the first S keys, the same for every row i ≥ S − 1
+    # the sink term: cumulative over the first S keys, the same for every row i ≥ S − 1 (without a window)
     weights = sink[:, :S].view(G, group, S)  # (G, group, S)
     sink_values = torch.einsum("gks,bsgd->bgkds", weights, masked[:, :S]).reshape(B, H, d, S).cumsum(-1)
     sink_mass = (sink[None, :, :S] * m[:, None, :S]).cumsum(-1)  # (B, H, S)
-    reach = torch.arange(T, device=values.device).clamp(max=S - 1)  # row i sees the sink's keys up to min(i, S − 1)
+    rows = torch.arange(T, device=values.device)
+    reach = rows.clamp(max=S - 1)  # row i sees the sink's keys up to min(i, S − 1)
     numerator = numerator + sink_values[..., reach]
     denominator = denominator + sink_mass[..., reach]
+    if window is not None:  # less the sink's keys that fell out of row i's window: j ≤ i − window
+        gone = (rows - window).clamp(max=S - 1)  # (T,) the last key out of reach, < 0: none
+        out = gone >= 0
+        numerator = numerator - torch.where(out, sink_values[..., gone.clamp(min=0)], 0.0)
+        denominator = denominator - torch.where(out, sink_mass[..., gone.clamp(min=0)], 0.0)
 
     scale = m[:, None, :] / row_divisor(denominator)  # (B, H, T): 0 on padded and all-zero rows
     return (numerator * scale[:, :, None, :]).permute(0, 3, 1, 2).to(values.dtype)
@@ -95,10 +103,9 @@ FFT_MIN_LENGTH = 1024
 
 
 def uses_fft(layer, seq_len):
-    """Whether a structured layer's constant heads run the FFT product at this length: from FFT_MIN_LENGTH on, where
-    no sliding window shorter than the sequence cuts the causal band (the convolution covers the whole band)."""
-    window = layer.papa_window
-    return seq_len >= FFT_MIN_LENGTH and (window is None or window >= seq_len)
+    """Whether a structured layer's constant heads run the FFT product at this length: from FFT_MIN_LENGTH on, a
+    sliding-window layer's too (`structured_output`'s window)."""
+    return seq_len >= FFT_MIN_LENGTH
 
 
 def layer_matrices(layer, seq_len):

@@ -13,6 +13,8 @@ mix mode, through gates (papa.method.gates: g = 0 stock, g = 1 PAPA's constant h
                unit's layer are computed once per batch (PrefixCache) and several units share one forward.
     iterative  greedy: score the remaining units (loo or taylor) with the units chosen so far constant, take the
                tenth of all units that cost least, repeat. The ranking is the order of choice.
+    retrieval  Wu et al. 2024's retrieval-head score on a retrieval task: how often a head's strongest attention
+               lands on the needle token being copied (papa.method.retrieval_heads); no loss, one forward per batch.
     gates      DuoAttention's training: α_u ∈ [0, 1] (g = 1 − α) from 1 (stock) with an L1 pull toward 0 (constant),
                AdamW; the rank is by final α, which below 0 keeps falling with the pull (the head that reached 0
                first is most negative). With the distillation loss it needs no labels.
@@ -25,10 +27,14 @@ from dataclasses import dataclass
 import torch
 
 from ..errors import PapaError
+import torch.nn.functional as F
+
+from ..models.lm_head import final_hidden, output_logits, scored_positions
 from .example_losses import distill_losses, task_losses
 from .gates import PrefixCache, check_mix_mode, gated
+from .retrieval_heads import retrieval_scores, unit_scores
 
-RANKERS = ("lambda", "gates", "taylor", "loo", "iterative", "iterative_taylor")
+RANKERS = ("lambda", "gates", "taylor", "loo", "iterative", "iterative_taylor", "retrieval")
 ROUNDS = 10  # iterative: one tenth of the units per round
 
 
@@ -72,12 +78,15 @@ def make_units(num_layers, num_heads, kv_groups=None):
 
 class Objective:
     """The loss of the ranking data under gates: per-example losses of each batch, the stock outputs kept for
-    distillation. `batches`: a list of dicts of tensors on the model's device (labels included)."""
+    distillation. `batches`: a list of dicts of tensors on the model's device (labels included). `scored_only` (an lm
+    task scoring a few positions: the retrieval tasks): the LM head runs on the labelled positions alone, and both
+    losses are means over them (papa.models.lm_head), so a long context's logits are never made."""
 
-    def __init__(self, model, batches, kind, loss="task"):
+    def __init__(self, model, batches, kind, loss="task", scored_only=False):
         if loss not in ("task", "distill"):
             raise PapaError(f"the ranking loss is 'task' or 'distill'; got {loss!r}")
         self.model, self.batches, self.kind, self.loss = model, batches, kind, loss
+        self.scored_only = scored_only and kind == "lm"
         self.layers = check_mix_mode(model)
         self.num_heads = len(self.layers[0].dynamic_heads)
         self.num_examples = sum(len(b["input_ids"]) for b in batches)
@@ -93,16 +102,36 @@ class Objective:
         return batch.get("labels", batch["input_ids"]) if self.kind == "lm" else batch["labels"]
 
     def logits(self, batch, copies=1):
-        inputs = {k: v for k, v in batch.items() if k != "labels"}
+        """The model's outputs of `batch` repeated `copies` times: (copies·B, ...) logits, or with `scored_only` the
+        (M, V) logits of the scored positions alone, row-major."""
+        inputs = self.inputs(batch)
         if copies > 1:
             inputs = {k: v.repeat(copies, *([1] * (v.dim() - 1))) for k, v in inputs.items()}
+        if self.scored_only:
+            rows, positions, _ = scored_positions(self.labels(batch).repeat(copies, 1))
+            return output_logits(self.model, final_hidden(self.model, inputs)[rows, positions])
         return self.model(**inputs).logits
+
+    @staticmethod
+    def inputs(batch):
+        """The model's inputs of a batch: not its labels, nor a retrieval task's needle spans."""
+        return {k: v for k, v in batch.items() if k not in ("labels", "needle")}
 
     def losses(self, index, logits, copies=1):
         """(copies·B,) losses of batch `index`'s `logits` (its examples repeated `copies` times)."""
         batch = self.batches[index]
         labels = self.labels(batch)
         labels = labels.repeat(copies, *([1] * (labels.dim() - 1)))
+        if self.scored_only:
+            rows, _, targets = scored_positions(labels)
+            if self.loss == "task":
+                per_position = F.cross_entropy(logits.float(), targets, reduction="none")
+            else:  # KL(stock ‖ model) at each scored position
+                stock = self.stock_logits(index).repeat(copies, 1).float().log_softmax(-1)
+                per_position = (stock.exp() * (stock - logits.float().log_softmax(-1))).sum(-1)
+            sums = per_position.new_zeros(len(labels)).index_add(0, rows, per_position)
+            counts = per_position.new_zeros(len(labels)).index_add(0, rows, torch.ones_like(per_position))
+            return sums / counts.clamp_min(1)
         if self.loss == "task":
             return task_losses(self.kind, logits, labels)
         stock = self.stock_logits(index)
@@ -169,16 +198,22 @@ def taylor_scores(objective, units, chosen=()):
 OUTPUT_BYTES = 1 << 30  # the float32 outputs (logits) one loo forward may make: a 262k-token LM head's are large
 
 
+FORWARD_TOKENS = 1 << 16  # tokens one loo forward may carry: at T = 8 192, 8 sequences
+
+
 def output_width(objective):
-    """The width of a ranking model's outputs per position: the vocabulary for lm (the LM head's logits)."""
-    return (getattr(objective.model.config, "vocab_size", None) or 1) if objective.kind == "lm" else 1
+    """The width of a ranking model's outputs per position: the vocabulary for lm (the LM head's logits), 1 where
+    only a few positions are scored (`scored_only`)."""
+    if objective.kind != "lm" or objective.scored_only:
+        return 1
+    return getattr(objective.model.config, "vocab_size", None) or 1
 
 
 def copies_per_forward(batch_size, seq_len, width, max_rows=64):
-    """How many copies of a batch one loo forward carries: at most `max_rows` sequences, and at most OUTPUT_BYTES
-    of float32 outputs (seq_len × width per sequence; Gemma-3's logits alone are 134 MB per sequence of 128), but
-    always one."""
-    rows = min(max_rows, OUTPUT_BYTES // (4 * seq_len * width))
+    """How many copies of a batch one loo forward carries: at most `max_rows` sequences, at most FORWARD_TOKENS
+    tokens, and at most OUTPUT_BYTES of float32 outputs (seq_len × width per sequence; Gemma-3's logits alone are
+    134 MB per sequence of 128), but always one."""
+    rows = min(max_rows, FORWARD_TOKENS // seq_len, OUTPUT_BYTES // (4 * seq_len * width))
     return max(1, rows // batch_size)
 
 
@@ -296,6 +331,10 @@ def rank(ranker, objective, units, **options):
     elif ranker in ("iterative", "iterative_taylor"):
         loo = {k: options[k] for k in ("reuse_prefix", "max_rows") if k in options}
         return iterative_ranking(objective, units, "loo" if ranker == "iterative" else "taylor", **loo)
+    elif ranker == "retrieval":
+        hard, soft = unit_scores(units, *retrieval_scores(objective))
+        order = sorted(range(len(units)), key=lambda u: (hard[u], soft[u], u))  # least retrieving first
+        return Scored([units[u] for u in order], [hard[u] for u in order], {"soft": [soft[u] for u in order]})
     elif ranker == "gates":
         scores = train_gates(objective, units, options["steps"], options.get("learning_rate", 0.02),
                              options.get("l1", 0.05), options.get("log"))

@@ -19,6 +19,7 @@ from .command_line import RENAMED_FLAGS, json_to_argv, modernize_argv, parse_dat
 from ..models.bundled import check_model_path
 from ..models.modeling import training_mode
 from .structured_constants import check_structured_flags
+from ..data.retrieval import FILLERS
 
 # the sweep's control runs (papa.sweep.controls)
 SWEEP_CONTROLS = ("uniform", "random_order", "mean_output", "zero_output", "first_token", "trained_constant",
@@ -86,14 +87,16 @@ class ModelArguments:
                                               "(best_of.csv in --sorting_heads_dir, the ranking run's --best_of)."}
     )
 
-    ranker: Literal["lambda", "gates", "taylor", "loo", "iterative", "iterative_taylor"] = field(
+    ranker: Literal["lambda", "gates", "taylor", "loo", "iterative", "iterative_taylor", "retrieval"] = field(
         default="lambda", metadata={"help": "With --sort_calculating, how the heads are ranked (papa.method.rankers): "
                                             "lambda (the original: trained mixing weights λ); gates (DuoAttention: "
                                             "gates from the stock model with an L1 pull toward constant); taylor "
                                             "(first-order loss change at the stock model, one pass); loo (the exact "
                                             "loss change of each head made constant alone); iterative (loo, "
                                             "re-scored after each tenth of the heads is made constant); "
-                                            "iterative_taylor (the same with taylor). Every ranker writes "
+                                            "iterative_taylor (the same with taylor); retrieval (Wu et al.'s retrieval-head score on a retrieval "
+                                            "task: how often a head's top attention lands on the needle token it "
+                                            "copies). Every ranker writes "
                                             "sorted_heads.json and head_scores.csv. A probe task's ranker (not "
                                             "lambda) first trains the probe at k = 0."})
     lambda_learning_rate: float | None = field(default=None, metadata={
@@ -220,6 +223,13 @@ class DataArguments:
     return_entity_level_metrics: bool = field(
         default=False, metadata={"help": "Token tasks: also report precision/recall/f1 per entity type."}
     )
+    filler: str = field(default="fixed", metadata={
+        "choices": FILLERS, "help": "The retrieval tasks (passkey, passkey_multi): the text the key hides in: fixed "
+        "(the same few sentences repeated, as in the landmark-attention pass-key test), or qnli / mrpc (natural "
+        "sentences of GLUE's QNLI (Wikipedia) / MRPC (news) TSVs in --data_dir)."})
+    retrieval_depths: list[float] | None = field(default=None, metadata={
+        "help": "The retrieval tasks: the depths (fractions of the filler before the key, 0 to 1) the examples "
+                "cycle through, example i at the (i mod n)-th (default: 0 0.25 0.5 0.75 1).", "metavar": "D"})
     lm_eval_tasks: list[str] | None = field(default=None, metadata={
         "help": "lm tasks: after --do_eval, also score the model with these lm-eval tasks (papa_sst2, papa_lm_qnli, "
                 "...: docs/lm_eval.md) into lm_eval_results.json. Needs lm-eval (pip install -e '.[lm-eval]')."})
@@ -311,6 +321,11 @@ class AveragingArguments:
         "help": "--constants toeplitz / sink_window: the first positions that are the sink (default 1 / 4)."})
     window: int | None = field(default=None, metadata={
         "help": "--constants sink_window: the recent positions each token attends to, itself included (default 64)."})
+    filler: str = field(default="fixed", metadata={
+        "choices": FILLERS, "help": "The retrieval tasks: the filler text (as the training scripts' --filler)."})
+    retrieval_depths: list[float] | None = field(default=None, metadata={
+        "help": "The retrieval tasks: the depths the examples cycle through (as the training scripts').",
+        "metavar": "D"})
     mixed_precision: str = field(default="no", metadata={
         "help": "Run the forward under autocast in fp16 or bf16 (as the original's accelerate --mixed_precision); "
                 "the sums are still accumulated in float64. One of: no, fp16, bf16."})

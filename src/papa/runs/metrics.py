@@ -94,26 +94,21 @@ def compute_token_metrics(predictions: list[list[str]], references: list[list[st
     return result
 
 
-def compute_lm_metrics(nll_sums, tokens) -> dict[str, float]:
+def compute_lm_metrics(nll_sums, tokens, correct=None) -> dict[str, float]:
     """{"loss": Σ nll / Σ tokens, "perplexity": exp(loss)} from each block's summed next-token negative
-    log-likelihood and its number of predicted tokens (exact sums, math.fsum: any order gives the same bits)."""
+    log-likelihood and its number of predicted tokens (exact sums, math.fsum: any order gives the same bits). With
+    `correct` (the retrieval tasks: each example's scored tokens that are the argmax) also "exact_match", the fraction
+    of examples whose every scored token is (greedy decoding gives the answer), and "token_accuracy"."""
     total = math.fsum(int(t) for t in tokens)
     if total == 0:
         raise PapaError("lm metrics need at least one predicted token")
     loss = math.fsum(float(v) for v in nll_sums) / total
-    return {"loss": loss, "perplexity": math.exp(loss) if loss < 709 else math.inf}
-
-
-def block_nll(logits, labels):
-    """(B,) each block's summed next-token negative log-likelihood in float32, from logits (B, T, V) and labels
-    (B, T) (-100: not scored): what an lm evaluation keeps instead of its (B, T, V) logits (the Trainer's
-    preprocess_logits_for_metrics). Position t predicts token t + 1, as the model's own loss."""
-    import torch.nn.functional as F
-
-    logits = logits[0] if isinstance(logits, tuple) else logits
-    nll = F.cross_entropy(logits[:, :-1].float().transpose(1, 2), labels[:, 1:], ignore_index=IGNORE_INDEX,
-                          reduction="none")  # (B, T - 1)
-    return nll.sum(1)
+    result = {"loss": loss, "perplexity": math.exp(loss) if loss < 709 else math.inf}
+    if correct is not None:
+        pairs = [(int(c), int(t)) for c, t in zip(correct, tokens)]
+        result = {"exact_match": sum(c == t for c, t in pairs) / len(pairs),
+                  "token_accuracy": sum(c for c, _ in pairs) / total, **result}
+    return result
 
 
 def predicted_tokens(label_ids):
@@ -139,15 +134,16 @@ def token_predictions_to_tags(predictions, label_ids, label_list) -> tuple[list[
 def trainer_metrics(task, label_list, entity_level=False):
     """A Trainer `compute_metrics` for `task` (a TaskSpec); `label_list`: id -> label name (None: regression).
 
-    It keeps the last (logits, label ids) it scored (lm: per-block nll sums and the blocks' labels) as
+    It keeps the last (logits, label ids) it scored (lm: per-example scores and the examples' labels) as
     `compute.last`, so the run can write the very predictions behind its metrics (papa.runs.predictions) without a
     second pass over the evaluation set.
     """
     def compute(prediction):
         logits = prediction.predictions[0] if isinstance(prediction.predictions, tuple) else prediction.predictions
         compute.last = (logits, prediction.label_ids)
-        if task.kind == "lm":  # the predictions are block_nll's per-block sums
-            return compute_lm_metrics(logits, predicted_tokens(prediction.label_ids))
+        if task.kind == "lm":  # the predictions are per-example scores (papa.runs.lm_evaluation)
+            return compute_lm_metrics(logits[:, 0], predicted_tokens(prediction.label_ids),
+                                      logits[:, 2] if task.retrieval else None)
         if task.kind == "token":
             predicted, gold = token_predictions_to_tags(logits, prediction.label_ids, label_list)
             return compute_token_metrics(predicted, gold, entity_level=entity_level)

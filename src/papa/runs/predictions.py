@@ -44,6 +44,12 @@ def record_keys(task):
     return ("tokens", "nll_sum") if task.kind == "lm" else ("label", "prediction")
 
 
+def scored_keys(task):
+    """Further fields the model gives, beyond record_keys' second: the retrieval tasks' `correct` (scored tokens that
+    are the argmax), which their exact_match and token_accuracy read."""
+    return ("correct",) if task.retrieval else ()
+
+
 def identity_keys(task):
     """Further fields fixed by the data, beyond record_keys' first (lm: each block's digest, as its token counts are
     all alike); runs evaluated on the same examples agree on them. Files written before them lack them."""
@@ -55,13 +61,20 @@ def block_digest(label_ids):
     return hashlib.blake2b(np.asarray(label_ids, dtype=np.int64).tobytes(), digest_size=8).hexdigest()
 
 
-def prediction_records(task, label_list, logits, label_ids):
+def prediction_records(task, label_list, logits, label_ids, depths=None):
     """[{"index", "label", "prediction"}] from the Trainer's logits and label ids, in dataset order; lm:
-    [{"index", "nll_sum", "tokens", "block"}] from the per-block sums and the blocks' labels."""
+    [{"index", "nll_sum", "tokens", "block"}] from the per-example scores (papa.runs.lm_evaluation: nll sum, tokens,
+    argmax hits) and the blocks' labels, with "correct" for a retrieval task and each example's "depth" where given."""
     if task.kind == "lm":
-        tokens = predicted_tokens(label_ids)
-        return [{"index": i, "nll_sum": float(v), "tokens": int(n), "block": block_digest(row)}
-                for i, (v, n, row) in enumerate(zip(logits, tokens, label_ids))]
+        scores, tokens = np.asarray(logits, dtype=np.float64).reshape(len(label_ids), -1), predicted_tokens(label_ids)
+        records = [{"index": i, "nll_sum": float(row[0]), "tokens": int(n), "block": block_digest(labels)}
+                   for i, (row, n, labels) in enumerate(zip(scores, tokens, label_ids))]
+        for i, record in enumerate(records):
+            if task.retrieval:
+                record["correct"] = int(scores[i, 2])
+            if depths is not None:
+                record["depth"] = float(depths[i])
+        return records
     if task.kind == "token":
         predicted, gold = token_predictions_to_tags(logits, label_ids, label_list)
     elif task.is_regression:
@@ -73,9 +86,9 @@ def prediction_records(task, label_list, logits, label_ids):
     return [{"index": i, "label": g, "prediction": p} for i, (g, p) in enumerate(zip(gold, predicted))]
 
 
-def write_eval_predictions(task, label_list, logits, label_ids, path):
+def write_eval_predictions(task, label_list, logits, label_ids, path, depths=None):
     """eval_predictions*.jsonl at `path`, atomically; returns the number of examples."""
-    records = prediction_records(task, label_list, logits, label_ids)
+    records = prediction_records(task, label_list, logits, label_ids, depths)
     save_text("".join(json.dumps(r) + "\n" for r in records), path)
     return len(records)
 
@@ -113,9 +126,9 @@ def as_arrays(task, labels, predictions):
 
 def metrics_from_predictions(task, path, entity_level=False):
     """The metrics of one eval_predictions*.jsonl, as eval_results.json names them without the prefix."""
-    labels, predictions = read_predictions(path, record_keys(task))
+    labels, predictions, *scored = read_predictions(path, record_keys(task), scored_keys(task))
     if task.kind == "lm":
-        return compute_lm_metrics(predictions, labels)
+        return compute_lm_metrics(predictions, labels, *scored)
     if task.kind == "token":
         return compute_token_metrics(predictions, labels, entity_level=entity_level)
     return compute_glue_metrics(task, *as_arrays(task, labels, predictions))

@@ -149,7 +149,15 @@ def ranking_batches(trainer, max_samples=None, sample="first"):
     loop batches it, on the model's device."""
     data = ranking_subset(trainer.train_dataset, max_samples, sample, trainer.args.seed)
     loader = trainer.get_eval_dataloader(data)
-    return [trainer._prepare_inputs(batch) for batch in loader]
+    batches = [trainer._prepare_inputs(batch) for batch in loader]
+    if "needle" in data.column_names:  # a retrieval task's spans, for the retrieval ranker (the loader drops them)
+        needles = torch.tensor(data["needle"])
+        start = 0
+        for batch in batches:
+            size = len(batch["input_ids"])
+            batch["needle"] = needles[start:start + size].to(batch["input_ids"].device)
+            start += size
+    return batches
 
 
 def rank_heads(trainer, task, model_args, training_args, train_probe):
@@ -163,7 +171,7 @@ def rank_heads(trainer, task, model_args, training_args, train_probe):
     model.eval()
     batches = ranking_batches(trainer, model_args.ranker_max_samples, model_args.ranker_sample)
     units = ranking_units(model.config, model_args)
-    objective = Objective(model, batches, task.kind, model_args.ranker_loss)
+    objective = Objective(model, batches, task.kind, model_args.ranker_loss, scored_only=bool(task.retrieval))
     options = {"reuse_prefix": model_args.loo_prefix_cache}
     if model_args.ranker == "loo":
         options["log"] = lambda done, total: stage(f"loo: batch {done}/{total} scored")

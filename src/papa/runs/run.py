@@ -34,7 +34,9 @@ from ..families import family_for
 from ..method.rankers import LAMBDA_ON_DECODER
 from ..io import atomic_files, atomic_path
 from ..data.lm import check_lm_flags, check_lm_run, lm_blocks, load_lm_texts
-from .metrics import block_nll, trainer_metrics
+from ..data.retrieval import check_retrieval_flags, filler_sentences, retrieval_datasets
+from .lm_evaluation import lm_trainer_class
+from .metrics import trainer_metrics
 from ..models.modeling import build_model, check_task_head, save_papa_model, set_trainable, training_mode
 from .outputs import (check_checkpoint_matches, checkpoint_to_resume, save_results, write_sequence_predictions,
                       write_token_predictions)
@@ -65,6 +67,8 @@ def load_task_data(task, args, cache_dir, splits):
                    validation_file=getattr(args, "validation_file", None), cache_dir=cache_dir, splits=splits,
                    test_file=getattr(args, "test_file", None), dataset_name=args.dataset_name,
                    dataset_config_name=args.dataset_config_name)
+    if task.retrieval:  # generated: only a natural filler's sentences are read
+        return filler_sentences(args.filler, args.data_dir, [s for s in splits if s != "test"]), None
     if task.kind == "lm":
         return load_lm_texts(task, **{k: v for k, v in sources.items() if k != "test_file"}), None
     if task.kind == "token":
@@ -88,6 +92,7 @@ def run_averaging(task, args):
     from torch.utils.data import DataLoader, Subset
 
     set_seed(args.seed)
+    check_retrieval_flags(task, args.filler, args.retrieval_depths)
     if task.kind == "lm":
         check_lm_flags(args.use_papa_preprocess)
     check_model_paths(args.model_name_or_path, args.config_name, args.tokenizer_name)  # before the data (the hub)
@@ -100,7 +105,10 @@ def run_averaging(task, args):
 
     train = datasets["train"]
     limits = [n for n in (DEBUG_EXAMPLES if args.debug else None, args.max_train_samples) if n is not None]
-    if task.kind == "lm":  # the limits count blocks
+    if task.retrieval:  # examples of exactly T tokens, generated
+        tokenized = retrieval_datasets(task, datasets, tokenizer, args.max_length, {"train": min(limits, default=None)},
+                                       args.retrieval_depths)["train"]
+    elif task.kind == "lm":  # the limits count blocks
         tokenized = lm_blocks(DatasetDict(train=train), tokenizer, args.max_length, {"train": min(limits, default=None)},
                               args.preprocessing_num_workers)["train"]
     else:
@@ -167,8 +175,10 @@ def probing_datasets(task, datasets, tokenizer, label_list, data_args, pad, trai
     limits = {"train": data_args.max_train_samples}
     limits.update({split: data_args.max_eval_samples for split, _, _ in task.eval_splits})
     limits.update({split: data_args.max_predict_samples for split, _, _ in task.test_splits})
-    if task.kind == "lm":  # blocks of T tokens; the limits count blocks, as run_clm's
-        tokenized = lm_blocks(datasets, tokenizer, data_args.max_seq_length, limits, data_args.preprocessing_num_workers)
+    if task.kind == "lm":  # blocks of T tokens; the limits count blocks, as run_clm's (retrieval: examples)
+        tokenized = (retrieval_datasets(task, datasets, tokenizer, data_args.max_seq_length, limits,
+                                        data_args.retrieval_depths) if task.retrieval else
+                     lm_blocks(datasets, tokenizer, data_args.max_seq_length, limits, data_args.preprocessing_num_workers))
         return {"train": tokenized["train"] if "train" in tokenized else None,
                 "eval": {prefix: tokenized[split] for split, _, prefix in task.eval_splits if split in tokenized},
                 "test": {}}
@@ -193,11 +203,11 @@ def make_trainer(task, model, tokenizer, label_list, pad, train_dataset, eval_se
         collator = transformers.DataCollatorForTokenClassification(tokenizer)
     else:
         collator = transformers.DataCollatorWithPadding(tokenizer)
-    trainer = Trainer(
+    trainer_class = lm_trainer_class() if task.kind == "lm" else Trainer  # lm: per-example scores, no logits kept
+    trainer = trainer_class(
         model=model, args=training_args, train_dataset=train_dataset,
         eval_dataset=eval_sets.get("eval"), processing_class=tokenizer, data_collator=collator,
         compute_metrics=trainer_metrics(task, label_list, data_args.return_entity_level_metrics),
-        preprocess_logits_for_metrics=block_nll if task.kind == "lm" else None,  # (B,) sums, not (B, T, V) logits
     )
     return quiet_trainer(trainer)
 
@@ -236,7 +246,9 @@ def evaluate_and_save(trainer, eval_sets, output_dir, task, label_list):
         all_eval.update(results)
         scored, trainer.compute_metrics.last = trainer.compute_metrics.last, None  # what that evaluation scored
         if scored is not None and trainer.is_world_process_zero():
-            write_eval_predictions(task, label_list, *scored, os.path.join(output_dir, predictions_file(prefix)))
+            depths = dataset["depth"] if "depth" in dataset.column_names else None  # the retrieval tasks'
+            write_eval_predictions(task, label_list, *scored, os.path.join(output_dir, predictions_file(prefix)),
+                                   depths=depths)
     trainer.log_metrics("eval", all_eval)
     if trainer.is_world_process_zero():
         save_results("eval", all_eval, output_dir)
@@ -251,6 +263,7 @@ def run_probing(task, model_args, data_args, training_args):
     """Train, evaluate and predict one PAPA configuration with the Trainer; writes the original's files."""
     mode = training_mode(model_args.sort_calculating, model_args.grad_for_classifier_only,
                          model_args.grad_for_classifier_and_static_only)
+    check_retrieval_flags(task, data_args.filler, data_args.retrieval_depths)
     if task.kind == "lm":
         check_lm_run(mode, data_args.use_papa_preprocess, model_args.use_freeze_extract_pooler, training_args)
     check_lm_eval_run(task, data_args)

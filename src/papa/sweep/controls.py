@@ -129,11 +129,13 @@ def run_folder(control, k, total_heads, seed=None):
     return f"{CONTROLS[control].prefix}_k_{k}{suffix}"
 
 
-def random_order(layers, heads, seed, index=1):
+def random_order(layers, heads, seed, index=1, group=1):
     """Every head [layer, head] once, in the order of a seeded random permutation: order 1 from the seed alone (the
-    random_order control's), order i from the pair (seed, i)."""
-    order = np.random.default_rng(seed if index == 1 else [seed, index]).permutation(layers * heads)
-    return [[int(i // heads), int(i % heads)] for i in order]
+    random_order control's), order i from the pair (seed, i). `group` > 1 (--rank_kv_groups): the units permuted are
+    a layer's K/V groups of `group` consecutive query heads, each group's heads together, as the rankers take them."""
+    units = heads // group
+    order = np.random.default_rng(seed if index == 1 else [seed, index]).permutation(layers * units)
+    return [[int(u // units), int(u % units) * group + h] for u in order for h in range(group)]
 
 
 def random_order_dir(index):
@@ -146,7 +148,7 @@ def random_order_index(control):
     return 1 if control == "random_order" else int(control[len("random_order_"):])
 
 
-def write_artifacts(output_dir, controls, layers, heads, seq_len, seed, causal=False):
+def write_artifacts(output_dir, controls, layers, heads, seq_len, seed, causal=False, group=1):
     """The files the controls' stages read (atomically; the same inputs give the same bytes, so a rewrite
     leaves their stages up to date). causal: a decoder's, whose uniform constants are stored as lower triangles
     (papa.method.layouts, layout 2: half the bytes; the causal band zeroes the rest anyway)."""
@@ -161,12 +163,13 @@ def write_artifacts(output_dir, controls, layers, heads, seq_len, seed, causal=F
             continue
         index = random_order_index(control)
         folder = os.path.join(output_dir, random_order_dir(index))
-        save_json(random_order(layers, heads, seed, index), os.path.join(folder, "sorted_heads.json"))
+        save_json(random_order(layers, heads, seed, index, group), os.path.join(folder, "sorted_heads.json"))
         drawn = "seed" if index == 1 else f"[seed, {index}]"
-        save_json({"seed": seed, "index": index,
-                   "order": f"numpy.random.default_rng({drawn}).permutation(layers * heads); head i is "
-                            "[i // heads, i % heads]", "layers": layers, "heads": heads},
-                  os.path.join(folder, "random_order.json"), indent=2)
+        how = ("numpy.random.default_rng({drawn}).permutation(layers * heads); head i is [i // heads, i % heads]"
+               if group == 1 else "numpy.random.default_rng({drawn}).permutation(layers * heads // group); K/V group u "
+               "is heads [u // (heads // group), (u % (heads // group)) * group + h] for h < group")
+        save_json({"seed": seed, "index": index, "order": how.format(drawn=drawn), "layers": layers, "heads": heads,
+                   **({"group": group} if group > 1 else {})}, os.path.join(folder, "random_order.json"), indent=2)
 
 
 @dataclass(frozen=True)

@@ -51,6 +51,11 @@ LM_DEFAULTS = {
     "evaluation_strategy": "no",
 }
 
+# The retrieval tasks (papa.data.retrieval): examples of thousands of tokens, one per batch; the ranking run trains
+# nothing (a decoder ranks by taylor by default), the probing runs only evaluate.
+RETRIEVAL_DEFAULTS = dict(LM_DEFAULTS, max_seq_length=2048, per_device_train_batch_size=1,
+                          per_device_eval_batch_size=1, avgs_batch_size=1)
+
 # Flags the sweep sets itself per stage; passing them through would break the method.
 RESERVED_FLAGS = {
     "--output_dir", "--static_heads_dir", "--sorting_heads_dir", "--static_heads_num", "--sort_calculating",
@@ -63,6 +68,8 @@ RESERVED_FLAGS = {
 def task_defaults(task):
     """The defaults for a task (a papa.data.tasks.TaskSpec): measured quick ones for the built-in task, lm's, else the
     README's."""
+    if task.retrieval:
+        return RETRIEVAL_DEFAULTS
     if task.kind == "lm":
         return LM_DEFAULTS
     return REPEAT_DEFAULTS if task.quick_sweep else README_DEFAULTS
@@ -88,29 +95,33 @@ def check_passthrough(extra_args):
 # The training runs' flags that also decide what the averaging pass averages (the same data, tokenizer and model
 # weights), passed to the averaging stage under the same name.
 AVERAGING_FLAGS = {
-    "--constants", "--sink_tokens", "--window", "--original_token_types", "--dataset_name", "--dataset_config_name", "--text_column_name", "--label_column_name",
+    "--constants", "--sink_tokens", "--window", "--original_token_types", "--filler", "--retrieval_depths",
+    "--dataset_name", "--dataset_config_name", "--text_column_name", "--label_column_name",
     "--config_name", "--tokenizer_name", "--model_revision", "--token", "--use_auth_token", "--preprocessing_num_workers",
 }
 
 
 def passthrough_flags(passthrough):
-    """[(name, value or None)] of passed-through flags, spelt as HF's parser takes them: `--flag value`,
-    `--flag=value`, or a bare boolean `--flag` (value None)."""
+    """[(name, [values])] of passed-through flags, spelt as HF's parser takes them: `--flag value ...` (a list flag
+    takes every value up to the next flag), `--flag=value`, or a bare boolean `--flag` (no value)."""
     flags = []
     for i, arg in enumerate(passthrough):
         if not arg.startswith("--"):
             continue
         name, equals, value = arg.partition("=")
+        values = [value] if equals else []
         if not equals:
-            following = passthrough[i + 1] if i + 1 < len(passthrough) else None
-            value = None if following is None or following.startswith("--") else following
-        flags.append((name, value))
+            for following in passthrough[i + 1:]:
+                if following.startswith("--"):
+                    break
+                values.append(following)
+        flags.append((name, values))
     return flags
 
 
-def _is_true(value):
+def _is_true(values):
     """An HF boolean flag's value: a bare flag is true, as is any spelling but false/0/no/n/f."""
-    return value is None or value.lower() not in ("false", "0", "no", "n", "f")
+    return not values or values[0].lower() not in ("false", "0", "no", "n", "f")
 
 
 def averaging_flags(passthrough):
@@ -118,12 +129,12 @@ def averaging_flags(passthrough):
     `AVERAGING_FLAGS` as they are, `--use_fast_tokenizer false` as `--use_slow_tokenizer true`, and `--fp16` /
     `--bf16` as `--mixed_precision fp16` / `bf16` (the forward's autocast)."""
     flags, precision = [], "no"
-    for name, value in passthrough_flags(passthrough):
+    for name, values in passthrough_flags(passthrough):
         if name in AVERAGING_FLAGS:
-            flags += [name] + ([] if value is None else [value])
+            flags += [name, *values]
         elif name == "--use_fast_tokenizer":
-            flags += ["--use_slow_tokenizer", str(not _is_true(value)).lower()]
-        elif name in ("--fp16", "--bf16") and _is_true(value):
+            flags += ["--use_slow_tokenizer", str(not _is_true(values)).lower()]
+        elif name in ("--fp16", "--bf16") and _is_true(values):
             precision = name[2:]
     return flags + (["--mixed_precision", precision] if precision != "no" else [])
 
@@ -136,7 +147,7 @@ def check_data_source(task, data_dir, train_file, passthrough):
     from ..data.glue import DATA_FLAGS_HINT, hub_is_offline
     from ..data.lm import LM_DATA_HINT
 
-    if task.generator is not None or data_dir or train_file:
+    if task.generator is not None or task.retrieval or data_dir or train_file:
         return
     if task.kind == "lm" and task.glue_folder is not None:  # never from the hub (papa.data.lm)
         raise PapaError(f"{task.name} reads the sentences of GLUE's {task.glue_folder} TSVs: pass --data_dir (that "
@@ -168,7 +179,7 @@ def constants_file(passthrough):
     """The averaging stage's artifact for the passed-through --constants: avgs.pt, or structured_constants.pt."""
     from ..method.structured_averaging import STRUCTURED_NAME
 
-    kinds = [value for name, value in passthrough_flags(passthrough) if name == "--constants"]
+    kinds = [values[-1] for name, values in passthrough_flags(passthrough) if name == "--constants" and values]
     return "avgs.pt" if not kinds or kinds[-1] == "full" else STRUCTURED_NAME
 
 

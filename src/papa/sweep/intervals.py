@@ -26,7 +26,7 @@ import zlib
 import numpy as np
 
 from ..errors import PapaError
-from ..runs.predictions import as_arrays, identity_keys, metric_file, read_predictions, record_keys
+from ..runs.predictions import as_arrays, identity_keys, metric_file, read_predictions, record_keys, scored_keys
 
 BOOTSTRAP_SEED = 0
 CONFIDENCE = 0.95
@@ -87,13 +87,18 @@ def entity_counts(labels, predictions):
     return np.asarray(counts, dtype=np.float64).reshape(-1, 3)
 
 
-def resampled_metric(task, metric, labels, predictions):
+def resampled_metric(task, metric, labels, predictions, correct=None):
     """f(example indices (r, n)) -> the metric on each resample (r,); None for a metric without a recipe.
-    lm: `labels` are the blocks' token counts, `predictions` their nll sums (papa.runs.predictions.record_keys)."""
+    lm: `labels` are the blocks' token counts, `predictions` their nll sums (papa.runs.predictions.record_keys),
+    `correct` a retrieval task's argmax hits per example (papa.runs.predictions.scored_keys)."""
     if task.kind == "lm":
-        columns = np.stack([np.asarray(predictions, dtype=np.float64), np.asarray(labels, dtype=np.float64)], axis=1)
-        loss = {"loss": lambda s, n: s[:, 0] / s[:, 1], "perplexity": lambda s, n: np.exp(s[:, 0] / s[:, 1])}
-        return additive(columns, loss[metric]) if metric in loss else None
+        tokens = np.asarray(labels, dtype=np.float64)
+        hits = np.zeros_like(tokens) if correct is None else np.asarray(correct, dtype=np.float64)
+        columns = np.stack([np.asarray(predictions, dtype=np.float64), tokens, hits, hits == tokens], axis=1)
+        recipes = {"loss": lambda s, n: s[:, 0] / s[:, 1], "perplexity": lambda s, n: np.exp(s[:, 0] / s[:, 1])}
+        if correct is not None:
+            recipes.update(token_accuracy=lambda s, n: s[:, 2] / s[:, 1], exact_match=lambda s, n: s[:, 3] / n)
+        return additive(columns, recipes[metric]) if metric in recipes else None
     if task.kind == "token":
         if metric != "f1":
             return None
@@ -190,10 +195,12 @@ class PredictionStore:
         if key not in self.cache:
             file, name = metric_file(metric)
             path = os.path.join(folder, file)
-            labels, predictions, *identities = read_predictions(path, record_keys(self.task), identity_keys(self.task))
+            extra = scored_keys(self.task)
+            labels, predictions, *rest = read_predictions(path, record_keys(self.task), extra + identity_keys(self.task))
+            scored, identities = rest[:len(extra)], rest[len(extra):]
             examples = list(zip(labels, *identities)) if identities else labels
             try:
-                resampled = resampled_metric(self.task, name, labels, predictions)
+                resampled = resampled_metric(self.task, name, labels, predictions, *scored)
             except (ValueError, TypeError) as err:  # a value of the wrong kind (null, text, a list for a number)
                 raise PapaError(f"{path} holds a value that is not a {self.task.name} label or prediction ({err}); "
                                 "delete the run's folder to redo it") from None

@@ -70,7 +70,7 @@ def describe(ranker, epochs, gates_training):
     """A ranking stage's words in the sweep's progress lines (`gates_training`: --ranker_steps' steps, or the epochs)."""
     return {"lambda": f"λ mixing run, {epochs}", "gates": f"gates trained for {gates_training}", "taylor": "taylor, one pass",
             "loo": "loo: each head constant alone", "iterative": "iterative loo, ten rounds",
-            "iterative_taylor": "iterative taylor, ten rounds"}[ranker]
+            "iterative_taylor": "iterative taylor, ten rounds", "retrieval": "retrieval-head score, one pass"}[ranker]
 
 
 def ranking_outputs(ranker, flags=()):

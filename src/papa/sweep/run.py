@@ -62,6 +62,7 @@ class Plan:
     bootstrap_samples: int = 1000
     rankers: tuple = ("lambda",)  # --ranker, else default_rankers: the first ranks PAPA's runs (sort/), the others are orderings
     causal: bool = False  # a decoder
+    unit_size: int = 1  # heads per ranked unit: a K/V group's query heads with --rank_kv_groups (random orders too)
     ranker_flags: tuple = ()  # ((ranker, flags of its ranking runs beyond --sort_calculating), ...)
     constants_file: str = "avgs.pt"  # what the averaging stage writes: structured_constants.pt with --constants
     lm_eval_tasks: tuple = ()  # --lm_eval_tasks: scored in every probing run (papa.evaluation.scoring)
@@ -90,7 +91,8 @@ class Plan:
 
 
 def model_heads(model_path, task=None):
-    """(layers, heads per layer) from the model's config; for the lm task, a decoder's (papa.models.pretrained.check_lm_model)."""
+    """(layers, heads per layer, K/V heads per layer) from the model's config; for the lm task, a decoder's
+    (papa.models.pretrained.check_lm_model)."""
     from transformers import AutoConfig
 
     try:
@@ -104,7 +106,7 @@ def model_heads(model_path, task=None):
     layers, heads = getattr(config, "num_hidden_layers", None), getattr(config, "num_attention_heads", None)
     if not layers or not heads:
         raise PapaError(f"{model_path}: its config names no num_hidden_layers / num_attention_heads")
-    return layers, heads
+    return layers, heads, getattr(config, "num_key_value_heads", None) or heads
 
 
 def is_decoder(model_path):
@@ -128,7 +130,7 @@ def make_plan(args, task):
     defaults = task_defaults(task)
     # a .gguf file is converted here, once, before any stage (papa.models.gguf); the stages load the folder
     model_path = local_model_path(args.model_name_or_path) or default_model_path()
-    layers, heads = model_heads(model_path, task)
+    layers, heads, kv_heads = model_heads(model_path, task)
     if args.static_heads_nums is None:
         ks = default_static_heads_nums(layers * heads)
     else:
@@ -153,6 +155,7 @@ def make_plan(args, task):
         evaluation_strategy=defaults["evaluation_strategy"],
         controls=orderings.sweep_controls(args, rankers),
         rankers=rankers, ranker_flags=tuple(orderings.ranker_flags(args, rankers).items()), causal=causal,
+        unit_size=heads // kv_heads if args.rank_kv_groups else 1,
         seed=args.seed, seeds=None if args.seeds is None else tuple(args.seeds), rank_per_seed=args.rank_per_seed,
         bootstrap_samples=args.bootstrap_samples, lm_eval_tasks=tuple(args.lm_eval_tasks or ()),
         lm_eval_limit=args.lm_eval_limit,
@@ -345,7 +348,7 @@ def begin_sweep(prepared):
         print(f"[sweep] {LAMBDA_ON_DECODER}", flush=True)
     save_sweep_json(plan, args, prepared.passthrough)
     controls.write_artifacts(plan.output_dir, plan.controls, plan.layers, plan.heads_per_layer, plan.max_seq_length,
-                             args.seed, causal=plan.causal)
+                             args.seed, causal=plan.causal, group=plan.unit_size)
     pending = any(stage.why_not_done(stage.fingerprint(plan.output_dir)) for stage in prepared.stages)
     if pending:
         remove_results(plan.output_dir)  # they describe stages about to be redone; written again at the end

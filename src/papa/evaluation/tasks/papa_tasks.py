@@ -8,4 +8,5 @@ the model type up (tests/test_lm_eval_cli.py). Tasks given by name (`--include_p
 read only after that, so there `lm_eval` answers "no model for this name": use `papa-lm-eval`."""
 
 from papa.evaluation import harness  # noqa: F401 (registers the model type "papa" with lm-eval)
-from papa.evaluation.data import glue_validation, perplexity_results, text_documents  # noqa: F401
+from papa.evaluation.data import (glue_validation, perplexity_results, retrieval_documents,  # noqa: F401
+                                  text_documents)
