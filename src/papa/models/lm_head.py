@@ -4,7 +4,7 @@ At T = 8 192 SmolLM2's logits are 8 192 × 49 152 floats (1.6 GB) per sequence a
 vocabulary, 8.6 GB, before their log-softmax. An evaluation needs, per scored position, only its negative
 log-likelihood and whether the argmax is the target: so the decoder body runs once (`final_hidden`), and the head
 runs on the scored positions alone (a retrieval task's answer: a few; plain text: all), at most `chunk_bytes` of
-float32 logits at a time.
+float64 logits at a time.
 
 The head is the model's own (`output_logits`): its output embeddings and what the family applies after them
 (Gemma 2/3's final soft-capping, Granite's logits scaling), tested equal to the model's own logits for every
@@ -15,7 +15,7 @@ import torch
 import torch.nn.functional as F
 
 IGNORE = -100
-CHUNK_BYTES = 1 << 28  # float32 logits held at once: 256 MB
+CHUNK_BYTES = 1 << 28  # float64 logits held at once: 256 MB
 
 
 def final_hidden(model, inputs):
@@ -47,16 +47,18 @@ def scored_positions(labels):
 
 def example_scores(model, inputs, labels, chunk_bytes=CHUNK_BYTES):
     """(B, 3) float64 per example: the summed negative log-likelihood of its scored tokens, their number, and how
-    many are the argmax (greedy decoding's choice given the tokens before). No autograd."""
+    many are the argmax (greedy decoding's choice given the tokens before). No autograd. `chunk_bytes`: the float64
+    logits one chunk of positions may hold."""
     hidden = final_hidden(model, inputs)  # (B, T, D)
     rows, positions, targets = scored_positions(labels)
     vocab = model.get_output_embeddings().weight.shape[0]
-    chunk = max(1, chunk_bytes // (4 * vocab))
+    chunk = max(1, chunk_bytes // (8 * vocab))
     scores = torch.zeros(len(labels), 3, dtype=torch.float64, device=labels.device)
     for start in range(0, len(rows), chunk):
         r, p, y = rows[start:start + chunk], positions[start:start + chunk], targets[start:start + chunk]
-        logits = output_logits(model, hidden[r, p]).float()  # (c, V)
-        nll = F.cross_entropy(logits, y, reduction="none").double()
+        logits = output_logits(model, hidden[r, p])  # (c, V)
+        # the log-softmax in float64: float32's, summed over a 49 152-word vocabulary, is off by up to 2e-4 nats
+        nll = F.cross_entropy(logits.double(), y, reduction="none")
         scores[:, 0].index_add_(0, r, nll)
         scores[:, 1].index_add_(0, r, torch.ones_like(nll))
         scores[:, 2].index_add_(0, r, (logits.argmax(-1) == y).double())
