@@ -8,7 +8,7 @@ float64 logits at a time.
 
 The head is the model's own (`output_logits`): its output embeddings and what the family applies after them
 (Gemma 2/3's final soft-capping, Granite's logits scaling), tested equal to the model's own logits for every
-decoder family (tests/test_lm_head.py).
+decoder family (tests/test_retrieval.py).
 """
 
 import torch
