@@ -2,7 +2,8 @@
 
 import pytest
 
-from papa.runs.arguments import AveragingArguments, parse_averaging_args, parse_training_args
+from papa.runs.arguments import parse_training_args
+from papa.runs.averaging_arguments import AveragingArguments, parse_averaging_args
 from papa.sweep.arguments import SweepArguments, parse_sweep_args
 from papa.errors import PapaError
 

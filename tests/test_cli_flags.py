@@ -13,7 +13,8 @@ from cli_fixtures import T, command_error, run_command, tiny_bert, write_cola  #
 from conftest import SCRIPTS
 
 from papa.models import pretrained
-from papa.runs.arguments import json_to_argv, parse_averaging_args, parse_training_args
+from papa.runs.arguments import json_to_argv, parse_training_args
+from papa.runs.averaging_arguments import parse_averaging_args
 from papa.data.custom import resolve_task
 from papa.errors import PapaError
 from papa.data.tasks import get_task
@@ -217,7 +218,7 @@ def test_data_errors_name_the_fix(tmp_path, capsys):
 
 
 @pytest.mark.parametrize("parse", ["papa.sweep.arguments:parse_sweep_args", "papa.runs.arguments:parse_training_args",
-                                   "papa.runs.arguments:parse_averaging_args"])
+                                   "papa.runs.averaging_arguments:parse_averaging_args"])
 def test_help_does_not_contradict_itself(parse, capsys):
     """A flag whose help names its default, or whose default is None, gets no "(default: None)" after it."""
     import importlib

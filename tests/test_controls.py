@@ -35,7 +35,7 @@ def test_a_decoders_uniform_constants_are_lower_triangles_that_patch_as_ones(tmp
 
     import tiny_decoders
     from papa.method.layouts import PackedConstants
-    from papa.sweep.run import is_decoder
+    from papa.sweep.plan import is_decoder
 
     dL, dH, dT = tiny_decoders.L, tiny_decoders.H, tiny_decoders.T
     controls.write_artifacts(str(tmp_path), ["uniform"], dL, dH, dT, seed=0, causal=True)
@@ -181,9 +181,9 @@ def test_the_field_ablations_stages_folders_and_flags(tmp_path):
 def test_an_lm_sweeps_trained_constants_train_and_its_other_runs_only_evaluate(tmp_path):
     args, passthrough = parse_sweep_args(["--task_name", "lm", "--model_name_or_path", str(tmp_path), "--output_dir",
                                           str(tmp_path / "sweep"), "--controls", "trained_constant", "zero_output"])
-    from papa.sweep import run as sweep_run
+    from papa.sweep.plan import Plan
 
-    plan = sweep_run.Plan(task=get_task("lm"), model_path=str(tmp_path), layers=2, heads_per_layer=2, ks=[0, 2],
+    plan = Plan(task=get_task("lm"), model_path=str(tmp_path), layers=2, heads_per_layer=2, ks=[0, 2],
                           output_dir=str(tmp_path / "sweep"), max_seq_length=16, num_train_epochs=1.0,
                           sort_num_train_epochs=1.0, learning_rate=1e-3, per_device_train_batch_size=2,
                           per_device_eval_batch_size=2, avgs_batch_size=2, evaluation_strategy="no",
@@ -212,7 +212,7 @@ def test_the_averaging_stage_reads_what_the_training_runs_read(tmp_path):
     """Passed-through flags that change the data, the tokenizer or the weights reach the averaging stage as well,
     so avgs.pt is an average over the inputs the ranking and probing runs see (the PAPA layout's token types, a
     hub dataset's columns, a model revision); its flags parse as the averaging script parses them."""
-    from papa.runs.arguments import parse_averaging_args
+    from papa.runs.averaging_arguments import parse_averaging_args
 
     passthrough = ["--original_token_types", "true", "--use_fast_tokenizer=false", "--model_revision", "v2",
                    "--tokenizer_name", "tok", "--config_name=cfg", "--bf16", "--use_cpu", "true",

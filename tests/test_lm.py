@@ -113,7 +113,7 @@ def test_bad_lm_runs(lm_folder, tmp_path, monkeypatch, extra, message):
 def test_an_encoder_is_refused(lm_folder, tmp_path):
     """The bundled MiniLM (a BERT encoder) has no causal LM head: the probing run, the averaging run and the sweep
     say so before any heavy work."""
-    from papa.runs.arguments import parse_averaging_args
+    from papa.runs.averaging_arguments import parse_averaging_args
     from papa.runs.run import run_averaging
     from papa.sweep.arguments import parse_sweep_args
     from papa.sweep.run import make_plan
@@ -221,7 +221,7 @@ def test_bootstrap_of_perplexity_from_the_blocks(tmp_path):
 
     from papa.sweep.intervals import resampled_metric
     from papa.sweep.results import write_results
-    from papa.sweep.run import Plan
+    from papa.sweep.plan import Plan
     from papa.sweep.summary import PairOutcome, summary_markdown
 
     rng = np.random.default_rng(0)

@@ -166,7 +166,8 @@ def test_a_saved_mean_corrected_model_reloads_with_its_corrections(tmp_path):
 def test_the_sweeps_mean_corrected_control_stages_and_probing_flags(tmp_path):
     import numpy as np
 
-    from papa.runs.arguments import parse_averaging_args, parse_training_args
+    from papa.runs.arguments import parse_training_args
+    from papa.runs.averaging_arguments import parse_averaging_args
     from test_controls import flag, heads_setup, plan_and_stages
 
     plan, stages = plan_and_stages(tmp_path, "--controls", "mean_corrected", "mean_output")

@@ -79,7 +79,7 @@ def fake_sweep(out, seeds, ks=(0, 4, 8), controls=(), n=60, predictions=True, ta
 
     from papa.runs.metrics import compute_glue_metrics
     from papa.sweep.controls import run_folder
-    from papa.sweep.run import Plan
+    from papa.sweep.plan import Plan
 
     task = get_task(task_name)
     plan = Plan(task=task, model_path="m", layers=2, heads_per_layer=4, ks=list(ks), output_dir=str(out),

@@ -37,7 +37,7 @@ def command(run, argv=None, fit_threads=True):
 def averaging_main(kind, argv=None):
     """run_papa_glue_avgs_creator.py / run_papa_ner_avgs_creator.py."""
     def run(argv):
-        from ..runs.arguments import parse_averaging_args
+        from ..runs.averaging_arguments import parse_averaging_args
         from ..data.custom import resolve_task
         from ..runs.run import run_averaging
 

@@ -20,6 +20,7 @@ mix mode, through gates (papa.method.gates: g = 0 stock, g = 1 PAPA's constant h
                first is most negative). With the distillation loss it needs no labels.
 """
 
+import copy
 import math
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -32,7 +33,10 @@ import torch.nn.functional as F
 from ..models.lm_head import final_hidden, output_logits, scored_positions
 from .example_losses import distill_losses, task_losses
 from .gates import PrefixCache, check_mix_mode, gated
+from .ranking_progress import NoProgress
 from .retrieval_heads import retrieval_scores, unit_scores
+
+NO_PROGRESS = NoProgress()
 
 RANKERS = ("lambda", "gates", "taylor", "loo", "iterative", "iterative_taylor", "retrieval")
 ROUNDS = 10  # iterative: one tenth of the units per round
@@ -169,14 +173,18 @@ def frozen(model):
             p.requires_grad_(True)
 
 
-def taylor_scores(objective, units, chosen=()):
+def taylor_scores(objective, units, chosen=(), progress=NO_PROGRESS, scope="taylor"):
     """(|first-order| score, signed first-order estimate) per unit: means over the examples of |∂L_x/∂g_u| and of
-    ∂L_x/∂g_u, at the model with the `chosen` units constant (the stock model when none)."""
+    ∂L_x/∂g_u, at the model with the `chosen` units constant (the stock model when none). The sums are saved to
+    `progress` after each batch (papa.method.ranking_progress) and resumed from it."""
     model = objective.model
-    absolute = torch.zeros(len(units), dtype=torch.float64)
-    signed = torch.zeros(len(units), dtype=torch.float64)
+    saved = progress.get(scope) or {"batches": 0, "absolute": torch.zeros(len(units), dtype=torch.float64),
+                                    "signed": torch.zeros(len(units), dtype=torch.float64)}
+    absolute, signed = saved["absolute"].clone(), saved["signed"].clone()
     with frozen(model):
         for index, batch in enumerate(objective.batches):
+            if index < saved["batches"]:
+                continue
             B = len(batch["input_ids"])
             base = objective.gates(chosen, rows=B)
             ref = objective.reference
@@ -192,6 +200,7 @@ def taylor_scores(objective, units, chosen=()):
                 per_example = sum(shifts[layer].grad[:, head] for layer, head in unit).double()  # (B,)
                 absolute[u] += per_example.abs().sum().cpu()
                 signed[u] += per_example.sum().cpu()
+            progress.save(scope, {"batches": index + 1, "absolute": absolute.clone(), "signed": signed.clone()})
     return absolute / objective.num_examples, signed / objective.num_examples
 
 
@@ -218,12 +227,15 @@ def copies_per_forward(batch_size, seq_len, width, max_rows=64):
 
 
 @torch.no_grad()
-def loo_scores(objective, units, chosen=(), reuse_prefix=True, max_rows=64, log=None):
+def loo_scores(objective, units, chosen=(), reuse_prefix=True, max_rows=64, log=None, progress=NO_PROGRESS,
+               scope="loo"):
     """The mean loss change per unit when it is made constant beside the `chosen` units (exact, no
     approximation). `reuse_prefix`: the blocks below a unit's layer are computed once per batch; `max_rows`: at
-    most this many sequences (copies × batch) in one forward; `log(batches done, batches)` after each batch."""
+    most this many sequences (copies × batch) in one forward; `log(batches done, batches)` after each batch. The
+    sums are saved to `progress` after each batch and resumed from it."""
     model = objective.model
-    deltas = torch.zeros(len(units), dtype=torch.float64)
+    saved = progress.get(scope) or {"batches": 0, "deltas": torch.zeros(len(units), dtype=torch.float64)}
+    deltas = saved["deltas"].clone()
     by_layer = {}
     for u, unit in enumerate(units):
         layers = {layer for layer, _ in unit}
@@ -232,6 +244,8 @@ def loo_scores(objective, units, chosen=(), reuse_prefix=True, max_rows=64, log=
         by_layer.setdefault(layers.pop(), []).append(u)
     cache = PrefixCache(model) if reuse_prefix else None
     for index, batch in enumerate(objective.batches):
+        if index < saved["batches"]:
+            continue
         B = len(batch["input_ids"])
         with gated(model, objective.gates(chosen)):
             if cache is None:
@@ -262,25 +276,31 @@ def loo_scores(objective, units, chosen=(), reuse_prefix=True, max_rows=64, log=
                 losses = losses.double().view(copies, B)
                 for c, u in enumerate(group):
                     deltas[u] += (losses[c] - base).sum().cpu()
+        progress.save(scope, {"batches": index + 1, "deltas": deltas.clone()})
         if log is not None:
             log(index + 1, len(objective.batches))
     return deltas / objective.num_examples
 
 
-def iterative_ranking(objective, units, scorer="loo", **loo_options):
+def iterative_ranking(objective, units, scorer="loo", progress=NO_PROGRESS, **loo_options):
     """Greedy: each round scores the units not yet chosen with the chosen ones constant and takes the
     ceil(units / 10) that cost least (taylor: the least |first-order| score). Returns Scored, the
-    scores being each unit's when it was chosen, with the round in `extra`."""
+    scores being each unit's when it was chosen, with the round in `extra`. Each finished round is saved to
+    `progress` (and its scorer's batches within it) and resumed from it."""
     per_round = math.ceil(len(units) / ROUNDS)
-    chosen, scores, rounds = [], [], []
-    remaining = list(range(len(units)))
-    round_index = 0
+    saved = progress.get("iterative") or {"chosen": [], "scores": [], "rounds": []}
+    chosen, scores, rounds = list(saved["chosen"]), list(saved["scores"]), list(saved["rounds"])
+    taken = set(chosen)
+    remaining = [u for u in range(len(units)) if u not in taken]
+    round_index = rounds[-1] + 1 if rounds else 0
     while remaining:
         candidates = [units[u] for u in remaining]
+        scope = f"round {round_index}"
         if scorer == "loo":
-            values = loo_scores(objective, candidates, [units[u] for u in chosen], **loo_options)
+            values = loo_scores(objective, candidates, [units[u] for u in chosen], progress=progress, scope=scope,
+                                **loo_options)
         else:
-            values = taylor_scores(objective, candidates, [units[u] for u in chosen])[0]
+            values = taylor_scores(objective, candidates, [units[u] for u in chosen], progress, scope)[0]
         order = sorted(range(len(remaining)), key=lambda i: (float(values[i]), remaining[i]))[:per_round]
         for i in order:
             chosen.append(remaining[i])
@@ -288,23 +308,30 @@ def iterative_ranking(objective, units, scorer="loo", **loo_options):
             rounds.append(round_index)
         taken = {remaining[i] for i in order}
         remaining = [u for u in remaining if u not in taken]
+        progress.save("iterative", {"chosen": list(chosen), "scores": list(scores), "rounds": list(rounds)}, force=True)
         round_index += 1
     return Scored([units[u] for u in chosen], scores, {"round": rounds})
 
 
-def train_gates(objective, units, steps, learning_rate=0.02, l1=0.05, log=None):
+def train_gates(objective, units, steps, learning_rate=0.02, l1=0.05, log=None, progress=NO_PROGRESS):
     """DuoAttention's gate training: α per unit from 1, loss = mean ranking loss + l1 · mean(α), AdamW (no weight
-    decay), `steps` steps cycling through the batches; the forward reads α clamped to [0, 1]. Returns α (units,)."""
+    decay), `steps` steps cycling through the batches; the forward reads α clamped to [0, 1]. Returns α (units,).
+    α and the optimiser's state are saved to `progress` as it trains and resumed from it."""
     model = objective.model
     ref = objective.reference
     alpha = torch.ones(len(units), dtype=torch.float32, device=ref.device, requires_grad=True)
     optimizer = torch.optim.AdamW([alpha], lr=learning_rate, weight_decay=0.0)
+    saved = progress.get("gates") or {"step": 0}
+    if saved["step"]:
+        with torch.no_grad():
+            alpha.copy_(saved["alpha"].to(alpha.device))
+        optimizer.load_state_dict(saved["optimizer"])
     owner = {}  # layer -> (H,) index of each head's unit in α
     for u, unit in enumerate(units):
         for layer, head in unit:
             owner.setdefault(layer, torch.zeros(objective.num_heads, dtype=torch.long, device=ref.device))[head] = u
     with frozen(model):
-        for step in range(steps):
+        for step in range(saved["step"], steps):
             index = step % len(objective.batches)
             shares = 1 - alpha.clamp(0, 1).to(ref.dtype)
             gates = {layer: shares[heads] for layer, heads in owner.items()}
@@ -314,30 +341,34 @@ def train_gates(objective, units, steps, learning_rate=0.02, l1=0.05, log=None):
             optimizer.zero_grad()
             total.backward()
             optimizer.step()
+            progress.save("gates", {"step": step + 1, "alpha": alpha.detach().cpu().clone(),
+                                    "optimizer": copy.deepcopy(optimizer.state_dict())})
             if log is not None:
                 log(step, float(loss.detach()), alpha.detach())
     return alpha.detach().cpu()
 
 
 def rank(ranker, objective, units, **options):
-    """Scored units of `ranker` (one of RANKERS but lambda, which trains in the Trainer: papa.runs.ranking)."""
+    """Scored units of `ranker` (one of RANKERS but lambda, which trains in the Trainer: papa.runs.ranking).
+    `progress`: where the ranking saves and resumes its work (papa.method.ranking_progress)."""
+    progress = options.get("progress", NO_PROGRESS)
     if ranker == "taylor":
-        absolute, signed = taylor_scores(objective, units)
+        absolute, signed = taylor_scores(objective, units, progress=progress)
         scores, extra = absolute, {"first_order_estimate": signed}
     elif ranker == "loo":
         scores = loo_scores(objective, units, reuse_prefix=options.get("reuse_prefix", True),
-                            max_rows=options.get("max_rows", 64), log=options.get("log"))
+                            max_rows=options.get("max_rows", 64), log=options.get("log"), progress=progress)
         extra = {}
     elif ranker in ("iterative", "iterative_taylor"):
         loo = {k: options[k] for k in ("reuse_prefix", "max_rows") if k in options}
-        return iterative_ranking(objective, units, "loo" if ranker == "iterative" else "taylor", **loo)
+        return iterative_ranking(objective, units, "loo" if ranker == "iterative" else "taylor", progress, **loo)
     elif ranker == "retrieval":
         hard, soft = unit_scores(units, *retrieval_scores(objective))
         order = sorted(range(len(units)), key=lambda u: (hard[u], soft[u], u))  # least retrieving first
         return Scored([units[u] for u in order], [hard[u] for u in order], {"soft": [soft[u] for u in order]})
     elif ranker == "gates":
         scores = train_gates(objective, units, options["steps"], options.get("learning_rate", 0.02),
-                             options.get("l1", 0.05), options.get("log"))
+                             options.get("l1", 0.05), options.get("log"), progress)
         extra = {}
     else:
         raise PapaError(f"unknown ranker {ranker!r}; choose one of {', '.join(RANKERS)}")

@@ -2,7 +2,7 @@
 
 Every command parses dataclasses with HF's `HfArgumentParser`: the training scripts
 `ModelArguments`, `DataArguments` and HF's `TrainingArguments` (so every Trainer flag works), the
-averaging scripts `AveragingArguments`, the sweep `SweepArguments` (papa/sweep/arguments.py). Booleans accept a bare flag or
+averaging scripts `AveragingArguments` (papa/runs/averaging_arguments.py), the sweep `SweepArguments` (papa/sweep/arguments.py). Booleans accept a bare flag or
 a value, and parse honestly: `false`, `False`, `0`, `no` are False. Each dataclass checks its own
 values in `__post_init__`; a bad flag or value is a `PapaError` (one `error:` line), not argparse's
 usage dump. As in HF's example scripts, a single argument ending in `.json` is a file of arguments
@@ -18,7 +18,6 @@ from ..errors import PapaError, check_positive, check_seed, check_writable_folde
 from .command_line import RENAMED_FLAGS, json_to_argv, modernize_argv, parse_dataclasses  # noqa: F401  (public)
 from ..models.bundled import check_model_path
 from ..models.modeling import training_mode
-from .structured_constants import check_structured_flags
 from ..data.retrieval import FILLERS
 
 # the sweep's control runs (papa.sweep.controls)
@@ -121,6 +120,15 @@ class ModelArguments:
         "choices": ("first", "seeded"), "help": "Which N training examples --ranker_max_samples ranks on: the first N "
         "(default), or N drawn at random with --seed, kept in the data's order (the sweep's --seeds with "
         "--rank_per_seed then ranks each seed on other examples: how much a ranking depends on its data)."})
+    ranker_parts: int | None = field(default=None, metadata={
+        "help": "--ranker loo in N parts, each a process (a Slurm job under the sweep's --launcher slurm): with "
+                "--ranker_part I, score the units of the I-th of N contiguous ranges of layers into ranker_part.pt "
+                "and stop; the sweep then merges the parts (--ranker_merge) into the ranking one process makes."})
+    ranker_part: int | None = field(default=None, metadata={"help": "With --ranker_parts N: which part, 1 to N."})
+    ranker_merge: list[str] | None = field(default=None, metadata={
+        "help": "--ranker loo: rank from the ranker_part.pt files of these folders (the parts of --ranker_parts) "
+                "instead of scoring: the same sorted_heads.json and head_scores.csv as one process's.",
+        "metavar": "DIR"})
     head_replacements: bool = field(default=False, metadata={
         "help": "With --sort_calculating: also write head_replacements.csv and .png, per head the held-out loss change "
                 "(the first evaluation split, --max_eval_samples) when it alone is replaced by each replacement: "
@@ -160,6 +168,16 @@ class ModelArguments:
             raise PapaError("--ranker_sample seeded draws the --ranker_max_samples examples to rank on: add "
                             "--ranker_max_samples N, or drop --ranker_sample")
         check_positive(self.ranker_steps, "--ranker_steps")
+        check_positive(self.ranker_parts, "--ranker_parts")
+        if (self.ranker_parts or self.ranker_merge) and self.ranker != "loo":
+            raise PapaError("--ranker_parts and --ranker_merge split --ranker loo's heads into parts: the other rankers "
+                            "score every head in one pass or depend on each other's choice; drop them or use loo")
+        if (self.ranker_part is None) != (self.ranker_parts is None):
+            raise PapaError("--ranker_part I and --ranker_parts N go together: the I-th part of N")
+        if self.ranker_parts and not 1 <= self.ranker_part <= self.ranker_parts:
+            raise PapaError(f"--ranker_part must be 1 to --ranker_parts ({self.ranker_parts}); got {self.ranker_part}")
+        if self.ranker_parts and self.ranker_merge:
+            raise PapaError("a run scores a part (--ranker_part) or merges the parts (--ranker_merge), not both")
         if self.gates_l1 < 0:
             raise PapaError(f"--gates_l1 must be 0 or more; got {self.gates_l1}")
         clash = {"--replace_heads_with " + self.replace_heads_with: self.replace_heads_with != "constant",
@@ -262,129 +280,6 @@ class PapaTrainingArguments(TrainingArguments):
             check_writable_folder(self.output_dir, "--output_dir")
 
 
-@dataclass
-class AveragingArguments:
-    """run_papa_*_avgs_creator.py: the flags of the original's run_glue_no_trainer-style script."""
-
-    model_name_or_path: str | None = field(
-        default=None, metadata={"help": "HF model name or folder, a .gguf file, or `smollm2`, `gemma3` (the bundled "
-                                        "decoders). "
-                                        "Default: the bundled all-MiniLM-L6-v2."})
-    config_name: str | None = field(default=None, metadata={"help": "Config name or folder, if not the model's."})
-    tokenizer_name: str | None = field(default=None, metadata={"help": "Tokenizer name or folder, if not the model's."})
-    use_slow_tokenizer: bool = field(default=False, metadata={"help": "Sequence tasks: a slow (Python) tokenizer."})
-    model_revision: str = field(default="main", metadata={"help": REVISION_HELP})
-    token: str | None = field(default=None, metadata={"help": TOKEN_HELP})
-    use_auth_token: bool = field(default=False, metadata={"help": USE_AUTH_TOKEN_HELP})
-    model_type: str | None = field(default=None, metadata={
-        "help": "Without --model_name_or_path: average an untrained model of this type (needs --tokenizer_name)."})
-    task_name: str | None = field(default=None, metadata={"help": TASK_HELP})
-    data_dir: str | None = field(default=None, metadata={"help": "Folder with the task's files (GLUE TSVs or CoNLL text)."})
-    dataset_name: str | None = field(default=None, metadata={"help": DATASET_HELP})
-    dataset_config_name: str | None = field(default=None, metadata={"help": "Configuration of --dataset_name."})
-    train_file: str | None = field(default=None, metadata={"help": TRAIN_FILE_HELP})
-    validation_file: str | None = field(
-        default=None, metadata={"help": "Accepted for compatibility; averaging reads the train split only."})
-    text_column_name: str | None = field(default=None, metadata={"help": COLUMN_HELP.format("word lists", "tokens, else the first")})
-    label_column_name: str | None = field(default=None, metadata={
-        "help": COLUMN_HELP.format("tag lists", "<task>_tags, else the second")})
-    max_length: int = field(default=128, metadata={"help": "Sequence length T: inputs are padded/truncated to it."})
-    per_device_train_batch_size: int = field(default=8, metadata={"help": "Batch size per process."})
-    max_train_samples: int | None = field(default=None, metadata={"help": "Average over the first N training examples only."})
-    debug: bool = field(default=False, metadata={"help": "Use only the first 100 examples of each split (as the original)."})
-    output_dir: str | None = field(
-        default=None, metadata={"help": "Where avgs.pt, attention_sums.pt, attention_patterns_sums.pt and avgs_info.json go (required)."})
-    cache_dir: str | None = field(default=None, metadata={"help": "Where to cache models and datasets from the hub."})
-    seed: int = field(default=42, metadata={"help": "Random seed (the averages do not depend on it)."})
-    use_papa_preprocess: bool = field(
-        default=False, metadata={"help": "Use the PAPA layout (first segment from 0, the rest from T/2, separator at T-1)."})
-    original_token_types: bool = field(default=False, metadata={"help": ORIGINAL_TYPES_HELP})
-    pad_to_max_length: bool = field(
-        default=False, metadata={"help": "Accepted for compatibility: averaging always pads to --max_length."})
-    label_all_tokens: bool = field(
-        default=False, metadata={"help": "Accepted for compatibility with the token scripts (no effect on averages)."})
-    return_entity_level_metrics: bool = field(
-        default=False, metadata={"help": "Accepted for compatibility with the token scripts (no effect on averages)."})
-    preprocessing_num_workers: int | None = field(default=None, metadata={"help": "Processes that tokenise the data."})
-    mean_outputs: bool = field(default=False, metadata={
-        "help": "Also write mean_outputs.pt: each head's mean output per position (for --replace_heads_with mean_output)."})
-    mean_corrections: bool = field(default=False, metadata={
-        "help": "Also write mean_outputs.pt, mean_values.pt and output_corrections.pt (E[A V] - A_avg E[V] per head "
-                "and position, for --replace_heads_with mean_corrected)."})
-    constants: Literal["full", "toeplitz", "sink_window"] = field(default="full", metadata={
-        "help": "What to write: full (avgs.pt and the sums, T x T per head: the original); toeplitz (a causal "
-                "decoder's structured constants, structured_constants.pt: per head a weight on the first "
-                "--sink_tokens positions and a profile over relative distance, averaged straight from the data with "
-                "no T x T tensor kept, applicable at any length); sink_window (StreamingLLM's pattern, uniform on "
-                "the first --sink_tokens positions and the last --window; reads no data). docs/long_context.md."})
-    sink_tokens: int | None = field(default=None, metadata={
-        "help": "--constants toeplitz / sink_window: the first positions that are the sink (default 1 / 4)."})
-    window: int | None = field(default=None, metadata={
-        "help": "--constants sink_window: the recent positions each token attends to, itself included (default 64)."})
-    filler: str = field(default="fixed", metadata={
-        "choices": FILLERS, "help": "The retrieval tasks: the filler text (as the training scripts' --filler)."})
-    retrieval_depths: list[float] | None = field(default=None, metadata={
-        "help": "The retrieval tasks: the depths the examples cycle through (as the training scripts').",
-        "metavar": "D"})
-    mixed_precision: str = field(default="no", metadata={
-        "help": "Run the forward under autocast in fp16 or bf16 (as the original's accelerate --mixed_precision); "
-                "the sums are still accumulated in float64. One of: no, fp16, bf16."})
-
-    def __post_init__(self):
-        check_model_paths(self)
-        if not self.output_dir:
-            raise PapaError("--output_dir is required (the folder avgs.pt goes to)")
-        if self.use_auth_token and self.token is None:
-            self.token = True  # huggingface_hub: True = the stored token
-        check_structured_flags(self)
-        if self.mixed_precision not in MIXED_PRECISIONS:
-            raise PapaError(f"--mixed_precision must be one of {', '.join(MIXED_PRECISIONS)}; got {self.mixed_precision!r}")
-        for flag in ("max_length", "per_device_train_batch_size", "max_train_samples", "preprocessing_num_workers"):
-            check_positive(getattr(self, flag), f"--{flag}")
-        check_seed(self.seed, "--seed")
-        check_writable_folder(self.output_dir, "--output_dir")  # now, not after the averaging pass
-
-
-MIXED_PRECISIONS = ("no", "fp16", "bf16")
-
-NO_EFFECT = "Accepted for compatibility, no effect: the original parsed it for its training loop, which never ran."
-
-
-def _no_effect(default, help=NO_EFFECT):
-    return field(default=default, metadata={"help": help})
-
-
-@dataclass
-class UnusedAveragingArguments:
-    """The original averaging scripts were HF's no-trainer training scripts with the training loop replaced by the
-    averaging pass: they still parsed these flags. Accepted so their command lines run; none changes the averages."""
-
-    per_device_eval_batch_size: int = _no_effect(8)
-    learning_rate: float = _no_effect(5e-5)
-    weight_decay: float = _no_effect(0.0)
-    num_train_epochs: int = _no_effect(3)
-    max_train_steps: int | None = _no_effect(None)
-    gradient_accumulation_steps: int = _no_effect(1)
-    lr_scheduler_type: str = _no_effect("linear")
-    num_warmup_steps: int = _no_effect(0)
-    sort_output_dir: str | None = _no_effect(None, "Accepted for compatibility, no effect (the original never used it).")
-    hub_model_id: str | None = _no_effect(None, "Accepted for compatibility, no effect (only --push_to_hub used it).")
-    hub_token: str | None = _no_effect(None, "Accepted for compatibility, no effect (only --push_to_hub used it).")
-    push_to_hub: bool = field(default=False, metadata={
-        "help": "Not supported: the original cloned the hub repository but pushed nothing; upload --output_dir "
-                "yourself (hf upload)."})
-
-    def __post_init__(self):
-        if self.push_to_hub:
-            raise PapaError("--push_to_hub is not supported by the averaging scripts (the original cloned the hub "
-                            "repository but never pushed to it); drop it and upload --output_dir with `hf upload`")
-
-
 def parse_training_args(argv):
     """(ModelArguments, DataArguments, PapaTrainingArguments) from the command line (old flag names accepted)."""
     return parse_dataclasses((ModelArguments, DataArguments, PapaTrainingArguments), argv)
-
-
-def parse_averaging_args(argv):
-    """AveragingArguments from the command line (the original's training-loop flags accepted, without effect)."""
-    return parse_dataclasses((AveragingArguments, UnusedAveragingArguments), argv)[0]

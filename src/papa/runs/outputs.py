@@ -16,6 +16,7 @@ import os
 import numpy as np
 from transformers.trainer_utils import get_last_checkpoint
 
+from ..method.ranking_progress import PROGRESS_FILE
 from ..console import stage
 from ..errors import PapaError
 from ..families import block_triangle
@@ -35,7 +36,10 @@ def save_results(split, results, output_dir):
 
 
 def checkpoint_to_resume(training_args):
-    """The checkpoint a training run starts from (None: from scratch), with HF run_glue's output-directory guard."""
+    """The checkpoint a training run starts from (None: from scratch), with HF run_glue's output-directory guard. A
+    folder holding only a killed ranking's progress passes the guard: the ranking resumes it (with or without
+    --overwrite_output_dir: it is resumed only where it is this ranking's own, and gives the same ranking as a run
+    from scratch, papa.method.ranking_progress)."""
     resume = training_args.resume_from_checkpoint
     if resume is not None and training_args.do_train and not os.path.isdir(resume):
         raise PapaError(f"--resume_from_checkpoint {resume} is not a folder (a checkpoint-<step> folder of a run "
@@ -44,7 +48,7 @@ def checkpoint_to_resume(training_args):
     if not (training_args.do_train and os.path.isdir(out) and not training_args.overwrite_output_dir):
         return resume
     last = get_last_checkpoint(out)
-    if last is None and os.listdir(out):
+    if last is None and set(os.listdir(out)) - {PROGRESS_FILE}:  # a ranking's own progress: it resumes it
         raise PapaError(f"output directory {out} already exists and is not empty; use --overwrite_output_dir to "
                         f"train in it anyway, or another --output_dir")
     if last is not None and resume is None:

@@ -31,7 +31,8 @@ from ..method.attention import lambdas_array
 from ..method.gates import set_gates
 from ..method.profiles import head_kind, head_profiles
 from ..method.ranking import save_ranking
-from ..method.rankers import Objective, Scored, make_units, rank
+from ..method.rankers import Objective, Scored, loo_scores, make_units, rank
+from ..method.ranking_progress import PROGRESS_FILE, NoProgress, Progress, fingerprint
 
 LAMBDA_NAMES = ("lambdas",)
 
@@ -182,12 +183,84 @@ def rank_heads(trainer, task, model_args, training_args, train_probe):
                        log=_gate_logger(steps))
     stage(f"ranking {len(units)} {'K/V groups' if len(units) < sum(len(u) for u in units) else 'heads'} with "
           f"{model_args.ranker} on {objective.num_examples} training examples ({model_args.ranker_loss} loss)")
-    scored = rank(model_args.ranker, objective, units, **options)
+    progress = NoProgress()
+    described = {"ranker": model_args.ranker, "loss": model_args.ranker_loss,
+                 **{k: v for k, v in options.items() if k not in ("log", "max_rows")}}
+    digest = fingerprint(described, units, batches, model)  # what is ranked: the parts of one ranking share it
+    if trainer.is_world_process_zero():  # saved as it goes; a re-run of the same ranking resumes it
+        progress = Progress(os.path.join(training_args.output_dir, PROGRESS_FILE), digest)
+    if model_args.ranker_parts:  # one part of loo's units, written for the merge
+        part = layer_part(units, model_args.ranker_part, model_args.ranker_parts)
+        scores = loo_scores(objective, part, reuse_prefix=options["reuse_prefix"], log=options.get("log"),
+                            progress=progress)
+        if trainer.is_world_process_zero():
+            save_part(training_args.output_dir, part, scores, model_args.ranker_part, model_args.ranker_parts, digest)
+            progress.finish()
+        set_gates(model, {})
+        return None
+    if model_args.ranker_merge:
+        scored = merged_parts(model_args.ranker_merge, units, digest)
+    else:
+        scored = rank(model_args.ranker, objective, units, progress=progress, **options)
     set_gates(model, {})
     if trainer.is_world_process_zero():
         write_ranking(scored, model, training_args.output_dir)
+        progress.finish()
         stage(f"wrote sorted_heads.json and head_scores.csv to {training_args.output_dir}")
     return scored
+
+
+# ----------------------------------------------------------------------------- loo in parts (--ranker_parts)
+
+PART_FILE = "ranker_part.pt"
+PART_FORMAT = "papa-ranker-part"
+
+
+def layer_part(units, part, parts):
+    """The units of the `part`-th (1-based) of `parts` contiguous ranges of layers: a layer's units stay together,
+    so each forward of the part is the one a single process makes (papa.method.rankers.loo_scores groups a layer's
+    units), and the merged scores equal its to the bit."""
+    layers = sorted({layer for unit in units for layer, _ in unit})
+    chosen = {int(layer) for layer in np.array_split(np.array(layers), parts)[part - 1]}
+    return [unit for unit in units if unit[0][0] in chosen]
+
+
+def save_part(output_dir, units, scores, part, parts, digest):
+    from ..io import save_tensor
+
+    save_tensor({"format": PART_FORMAT, "part": part, "parts": parts, "ranking": digest,
+                 "units": [[list(h) for h in unit] for unit in units], "scores": scores.double()},
+                os.path.join(output_dir, PART_FILE))
+    stage(f"wrote {PART_FILE} (part {part} of {parts}: {len(units)} units) to {output_dir}")
+
+
+def merged_parts(folders, units, digest):
+    """Scored, as loo ranks: the parts' scores, checked to be parts of this very ranking and to cover every unit
+    once, ordered by (score, unit) as papa.method.rankers.rank orders them."""
+    scores = {}
+    for folder in folders:
+        path = os.path.join(folder, PART_FILE)
+        if not os.path.isfile(path):
+            raise PapaError(f"{path} does not exist: run that part first (--ranker_part I --ranker_parts N)")
+        record = torch.load(path, map_location="cpu", weights_only=True)
+        if not isinstance(record, dict) or record.get("format") != PART_FORMAT:
+            raise PapaError(f"{path} is not a loo part ({PART_FILE} of a --ranker_parts run)")
+        if record["ranking"] != digest:
+            raise PapaError(f"{path} is a part of another ranking (other data, units, loss or constants): redo it "
+                            "with this run's flags")
+        for unit, score in zip(record["units"], record["scores"].tolist()):
+            key = tuple(tuple(h) for h in unit)
+            if key in scores:
+                raise PapaError(f"{path} scores unit {unit} that another part scored too: give each part once")
+            scores[key] = score
+    missing = [unit for unit in units if tuple(tuple(h) for h in unit) not in scores]
+    if missing:
+        raise PapaError(f"the parts in {', '.join(folders)} leave {len(missing)} units unscored (first: {missing[0]}): "
+                        "give every part")
+    values = [scores[tuple(tuple(h) for h in unit)] for unit in units]
+    order = sorted(range(len(units)), key=lambda u: (values[u], u))
+    stage(f"merged loo's scores of {len(units)} units from {len(folders)} parts")
+    return Scored([units[u] for u in order], [values[u] for u in order], {})
 
 
 def _single_head_deltas(trainer, task, model_args, batches, names, what):

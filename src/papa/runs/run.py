@@ -86,7 +86,7 @@ def first_examples(dataset, max_samples):
 
 
 def run_averaging(task, args):
-    """The averaging pass (args: papa.runs.arguments.AveragingArguments): writes avgs.pt and the two sums (and,
+    """The averaging pass (args: papa.runs.averaging_arguments.AveragingArguments): writes avgs.pt and the two sums (and,
     with --mean_outputs, mean_outputs.pt)."""
     import torch.distributed as dist
     from torch.utils.data import DataLoader, Subset
@@ -316,8 +316,10 @@ def run_probing(task, model_args, data_args, training_args):
                            training_args)
 
     if training_args.do_train and ranker not in (None, "lambda"):
-        rank_heads(trainer, task, model_args, training_args,
-                   lambda: train_and_save(trainer, tokenizer, None, training_args, checkpoint))
+        scored = rank_heads(trainer, task, model_args, training_args,
+                            lambda: train_and_save(trainer, tokenizer, None, training_args, checkpoint))
+        if scored is None:  # one part of a ranking (--ranker_part): the merge ranks and evaluates
+            return trainer
     elif training_args.do_train:
         if ranker == "lambda":
             prepare_lambda_training(trainer, model_args)

@@ -65,6 +65,10 @@ class SweepArguments:
     ranker_loss: str = field(default="task", metadata={
         "choices": ("task", "distill"), "help": "The loss of the rankers other than lambda: the task's, or "
         "distill (KL from the stock model's outputs)."})
+    ranker_parts: int | None = field(default=None, metadata={
+        "help": "--ranker loo: score the heads in N parts (contiguous ranges of layers), each a stage of its own (a "
+                "Slurm job with --launcher slurm, side by side with --launcher local), then merge them into the "
+                "ranking one process makes (sort/)."})
     rank_kv_groups: bool = field(default=False, metadata={
         "help": "Rank a decoder's K/V groups as units (every ranker)."})
     head_replacements: bool = field(default=False, metadata={
@@ -190,6 +194,9 @@ class SweepArguments:
             raise PapaError("--ranker_sample seeded draws the --ranker_max_samples examples to rank on: add "
                             "--ranker_max_samples N, or drop --ranker_sample")
         check_positive(self.ranker_steps, "--ranker_steps")
+        check_positive(self.ranker_parts, "--ranker_parts")
+        if self.ranker_parts and "loo" not in (self.ranker or ()):
+            raise PapaError("--ranker_parts splits loo's heads into parts: add --ranker loo, or drop it")
         check_positive(self.lambda_learning_rate, "--lambda_learning_rate")
         bad = [r for r in self.ranker or () if r in ("taylor", "iterative_taylor")]
         if self.ranker_loss == "distill" and bad:

@@ -289,7 +289,7 @@ def remove_results(output_dir):
 
 def write_results(plan, model_name, stages=()):
     """results.csv, results_per_seed.csv, results.md, results.png, lambdas.png, constant_matrices.png for `plan`
-    (papa.sweep.run.Plan)."""
+    (papa.sweep.plan.Plan)."""
     from . import plots
 
     output_dir, task, total_heads = plan.output_dir, plan.task, plan.total_heads

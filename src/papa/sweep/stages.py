@@ -5,7 +5,8 @@ It holds a fingerprint of the stage's inputs: its command line (the original scr
 its flags, with the output folder written as `<output_dir>` so a moved sweep stays valid) and the
 sha256 of the artifacts it reads (avgs.pt for the ranking and probing runs, sorted_heads.json for
 probing runs with k > 0). A stage is done iff its stamp matches the current fingerprint and its
-output files exist; otherwise its folder is emptied and the stage runs again. So a changed avgs.pt
+output files exist; otherwise its folder is emptied (but for a ranking's saved progress, which the redo resumes
+when it is its own: papa.method.ranking_progress) and the stage runs again. So a changed avgs.pt
 redoes the ranking and every probing run, a deleted `k_<k>/` redoes only that k, and a changed
 `--num_train_epochs` redoes the training stages.
 
@@ -31,6 +32,7 @@ STAMP = "stage.json"
 STAMP_VERSION = 1
 LOG = "log.txt"
 OUTPUT_PLACEHOLDER = "<output_dir>"
+RESUMABLE = ("ranking_progress.pt",)  # papa.method.ranking_progress.PROGRESS_FILE: kept when a stage is redone
 
 
 def sha256_file(path, chunk=1 << 20):
@@ -133,9 +135,19 @@ def execute_stage(stage, output_dir, env, on_progress, echo=None, launcher="inli
     whoever runs it; `launcher` and `job_id` (the Slurm job, else None) go into the stamp. `command`:
     what to run instead of stage.command (the same stage under torchrun).
     """
+    def aside(name):  # beside the folder while it is emptied
+        return os.path.join(os.path.dirname(stage.folder), f".{stage.name}.{name}")
+
+    kept = []
     if os.path.isdir(stage.folder):
-        shutil.rmtree(stage.folder)  # no stale file survives a redo, whatever the new run writes
+        for name in RESUMABLE:  # a ranking's saved progress: the redo resumes it (it checks that it is its own)
+            if os.path.isfile(os.path.join(stage.folder, name)):
+                os.replace(os.path.join(stage.folder, name), aside(name))
+                kept.append(name)
+        shutil.rmtree(stage.folder)  # no other stale file survives a redo, whatever the new run writes
     os.makedirs(stage.folder)
+    for name in kept:
+        os.replace(aside(name), os.path.join(stage.folder, name))
     log_path = os.path.join(stage.folder, LOG)
     started, start = utc_now(), time.monotonic()
     returncode, tail = run_logged(command or stage.command, env, log_path, on_progress, echo)
