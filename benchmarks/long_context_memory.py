@@ -1,8 +1,14 @@
-"""Long-context generation with some K/V groups constant: the memory and time they give back.
+"""Long contexts within memory: an evaluation at T without its logits, and generation with some K/V groups constant.
 
-    python benchmarks/generation_memory.py --model smollm2 --context 8192 --new_tokens 32 \
+    python benchmarks/long_context_memory.py --model smollm2 --context 8192 --new_tokens 32 \
         --sorted_heads SORT_DIR/sorted_heads.json --fractions 0.25 0.5 0.75 --replacement sink_window --rounds 3 \
-        --out benchmarks/results/generation_memory_smollm2.md
+        --data_dir ../shared/data --out benchmarks/results/long_context_memory_smollm2.md
+
+Evaluation (`--data_dir`): one block of `context` tokens of QNLI's sentences (lm_qnli), a fresh process each,
+peak RSS (ru_maxrss) against the model's weights: the stock model's own evaluation (its forward with labels:
+(T, V) logits and their loss, what HF's Trainer evaluates and PAPA's evaluation did before papa.models.lm_head),
+`papa-glue --do_eval` on it (the LM head in chunks on the scored positions), and `papa-glue --do_eval` on the
+pass-key task at that length (the answer's positions alone).
 
 A prompt of `context` tokens (pass-key filler, papa.data.retrieval's example 0 at that length) is prefilled, then
 `new_tokens` are decoded greedily, batch 1, float32, by the stock model and by patched models whose first f of the
@@ -13,7 +19,7 @@ last D − 1 positions (D: the length it was averaged at); so a whole group made
 cache too beyond those positions. Mean-output heads would keep nothing, but generation with a cache does not run
 them (refused: their outputs are per position up to the averaging length).
 
-Measured, per model:
+Generation, measured per model:
 - KV-cache bytes after the last step (papa.families.generation.cache_bytes: K and V of the transformers cache layers
   plus the constant heads' side state);
 - peak RSS of a fresh process that loads the model, prefills and decodes once (ru_maxrss);
@@ -111,6 +117,60 @@ def cache_total(cache):
     return sum(sum(layer.values()) for layer in cache_bytes(cache))
 
 
+def weights_bytes(name):
+    """The float32 model's parameter bytes (each tied tensor once)."""
+    from transformers import AutoModelForCausalLM
+
+    from papa.models.bundled import local_model_path
+
+    model = AutoModelForCausalLM.from_pretrained(local_model_path(name), dtype=torch.float32)
+    return sum(p.numel() * p.element_size() for p in {id(p): p for p in model.parameters()}.values())
+
+
+def stock_evaluation(args):
+    """The child: the stock model's own evaluation of one lm_qnli block of `context` tokens (forward with labels)."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from papa.data.lm import glue_sentences
+    from papa.data.tasks import get_task
+    from papa.models.bundled import local_model_path
+
+    path = local_model_path(args.model)
+    tokenizer = AutoTokenizer.from_pretrained(path)
+    text = "".join(glue_sentences(get_task("lm_qnli"), args.data_dir)["validation"])
+    ids = torch.tensor([tokenizer(text)["input_ids"][:args.context]])
+    model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).eval()
+    with torch.no_grad():
+        loss = float(model(input_ids=ids, labels=ids).loss)
+    print(json.dumps({"loss": loss, "peak_rss": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024}))
+
+
+def peak_of(argv, threads):
+    """(peak RSS in bytes, the command's output) of `argv` run under /usr/bin/time."""
+    import tempfile
+
+    with tempfile.NamedTemporaryFile("r", suffix=".time") as record:
+        done = subprocess.run(["/usr/bin/time", "-f", "%M", "-o", record.name, *argv], capture_output=True, text=True,
+                              env=dict(os.environ, OMP_NUM_THREADS=str(threads)))
+        if done.returncode != 0:
+            raise SystemExit(f"failed: {' '.join(map(str, argv))}\n{done.stdout[-2000:]}{done.stderr[-2000:]}")
+        return int(record.read().split()[-1]) * 1024, done.stdout
+
+
+def evaluation_rows(args, work):
+    """[(what, peak RSS bytes)] of the three evaluations of the module docstring."""
+    stock, out = peak_of([sys.executable, __file__, *sys.argv[1:], "--child_stock_evaluation"], args.threads)
+    rows = [("the stock model's own evaluation (forward with labels)", stock)]
+    common = ["papa-glue", "--model_name_or_path", args.model, "--do_eval", "--max_seq_length", str(args.context),
+              "--max_eval_samples", "1", "--per_device_eval_batch_size", "1", "--report_to", "none"]
+    lm, _ = peak_of([*common, "--task_name", "lm_qnli", "--data_dir", args.data_dir,
+                     "--output_dir", os.path.join(work, "lm_qnli")], args.threads)
+    passkey, _ = peak_of([*common, "--task_name", "passkey", "--output_dir", os.path.join(work, "passkey")],
+                         args.threads)
+    return rows + [("papa-glue --do_eval, lm_qnli (every position scored, the LM head in chunks)", lm),
+                   ("papa-glue --do_eval, passkey (the answer's positions)", passkey)]
+
+
 def one_process(args, fraction):
     """The child: one model, one prefill and decode; prints its cache bytes and peak RSS as JSON."""
     from transformers import AutoTokenizer
@@ -147,17 +207,27 @@ def main():
     parser.add_argument("--rounds", type=int, default=3, help="interleaved timing rounds")
     parser.add_argument("--threads", type=int, default=2, help="torch threads")
     parser.add_argument("--out", default=None, help="write the markdown report here")
+    parser.add_argument("--data_dir", default=None, help="the data root holding glue/QNLI (../shared/data): adds the "
+                        "evaluation rows")
     parser.add_argument("--child_fraction", type=float, default=None, help=argparse.SUPPRESS)
+    parser.add_argument("--child_stock_evaluation", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     if args.child_fraction is not None:
         return one_process(args, args.child_fraction)
+    if args.child_stock_evaluation:
+        return stock_evaluation(args)
 
     from transformers import AutoTokenizer
 
     from papa.io import save_text
     from papa.models.bundled import local_model_path
 
+    import tempfile
+
+    weights = weights_bytes(args.model)
+    with tempfile.TemporaryDirectory() as work:
+        evaluations = evaluation_rows(args, work) if args.data_dir else []
     fractions = [0.0, *args.fractions]
     memory = {f: child_memory(args, f) for f in fractions}  # fresh processes first: their peaks are their own
     models = {f: build(args.model, args, f) for f in fractions}
@@ -182,7 +252,7 @@ def main():
     units = config.num_hidden_layers * config.num_key_value_heads
     load = os.getloadavg()
     lines = [f"# Generation with constant K/V groups: {args.model}, a {args.context}-token prompt", "",
-             "`python benchmarks/generation_memory.py " + " ".join(sys.argv[1:]) + "`", "",
+             "`python benchmarks/long_context_memory.py " + " ".join(sys.argv[1:]) + "`", "",
              f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}; float32, batch 1, {args.new_tokens} tokens "
              f"decoded greedily; {os.cpu_count()} cores, torch threads {args.threads}; load average {load[0]:.1f} / "
              f"{load[1]:.1f} / {load[2]:.1f} at the end. Groups made constant: the first of "
@@ -199,6 +269,12 @@ def main():
                      f"{'–' if f == 0 else spread(ratios(decode_s, f))} |")
     lines += ["", f"Speed-ups: stock's time over the patched model's in the same round, {args.rounds} rounds "
                   "(interleaved, the order rotating); peak RSS and cache bytes from a fresh process per row.", ""]
+    if evaluations:
+        lines += [f"## One evaluation block of {args.context} tokens", "",
+                  f"The float32 weights: {weights / 1e9:.2f} GB. Peak RSS of a fresh process each:", "",
+                  "| evaluation | peak RSS (GB) | above the weights (GB) |", "| --- | ---: | ---: |"]
+        lines += [f"| {what} | {peak / 1e9:.2f} | {(peak - weights) / 1e9:.2f} |" for what, peak in evaluations]
+        lines.append("")
     report = "\n".join(lines)
     if args.out:
         save_text(report, args.out)
