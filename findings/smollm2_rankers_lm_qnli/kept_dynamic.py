@@ -1,7 +1,7 @@
 """Which heads each ranker keeps dynamic at k: the profiles (papa.method.profiles) of the last N − k heads of each
 ranking, from the sweep's head_scores.csv files, and the random orders' for reference.
 
-    python docs/rankers/kept_dynamic.py SWEEP_FOLDER K [--out FILE.md]
+    python findings/smollm2_rankers_lm_qnli/kept_dynamic.py SWEEP_FOLDER K [--out FILE.md]
 """
 
 import argparse

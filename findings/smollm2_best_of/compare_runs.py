@@ -1,10 +1,10 @@
 """A run made outside a sweep (best_of from its own choice, optimal_output with a longer training) against the
-sweep's runs at the same k (docs/replacements.md): perplexity, change vs k = 0, and the paired differences, with the
-sweep's own bootstrap (papa.sweep.intervals: 1000 resamples of the held-out blocks, and of the seeds with --seeds,
-the same draws for every run).
+sweep's runs at the same k (findings/smollm2_best_of/README.md): perplexity, change vs k = 0, and the paired
+differences, with the sweep's own bootstrap (papa.sweep.intervals: 1000 resamples of the held-out blocks, and of
+the seeds with --seeds, the same draws for every run).
 
-    python docs/replacements/compare_runs.py SWEEP_DIR RUN_PATTERN [--label NAME] [--ks 135 270] [--task lm_qnli]
-        [--seeds 1 2 3]
+    python findings/smollm2_best_of/compare_runs.py SWEEP_DIR RUN_PATTERN [--label NAME] [--ks 135 270]
+        [--task lm_qnli] [--seeds 1 2 3]
 
 RUN_PATTERN is the run's folder with {k} for k, e.g. outputs/bestof/bestof_k_{k}, and {seed} for the seed with
 --seeds (the sweep's runs are then its k_<k>_seed_<seed> folders). The sweep's PAPA run (k_<k>/) and whichever of

@@ -1,7 +1,9 @@
-"""SmolLM2 zero-shot on the project's offline lm-eval tasks at several k (docs/smollm2.md, "Zero-shot tasks").
+"""SmolLM2 zero-shot on the project's offline lm-eval tasks at several k
+(findings/smollm2_lm_eval_zero_shot/README.md).
 
-    python docs/smollm2/lm_eval/findings.py --static_heads_dir RUN/avgs --sorting_heads_dir RUN/sort_taylor \
-        --data_dir ../shared/data --limit 200 --ks 0 68 135 --work_dir /tmp/smollm2_lm_eval
+    python findings/smollm2_lm_eval_zero_shot/findings.py --static_heads_dir RUN/avgs \
+        --sorting_heads_dir RUN/sort_taylor --data_dir ../shared/data --limit 200 --ks 0 68 135 \
+        --work_dir /tmp/smollm2_lm_eval
 
 Each k is scored once through the model type `papa` (papa.evaluation.harness.PapaLM) into WORK_DIR/k_<k>/
 (lm_eval_results.json, lm_eval_samples.jsonl; a task scored at a k is not redone, one added later goes into a
@@ -113,7 +115,8 @@ def main(argv=None):
         lines.append(f"| {row['task']} | {row['metric']} | {row['k']} | {row['value']:.4f}{interval} | "
                      f"{change_text(row['change'], row['change_ci_low'], row['change_ci_high'])} | {note} |")
     with open(os.path.join(HERE, "results.md"), "w") as f:
-        f.write(" ".join(["python", "docs/smollm2/lm_eval/findings.py", *sys.argv[1:]]) + "\n\n" + "\n".join(lines) + "\n")
+        command = " ".join(["python", "findings/smollm2_lm_eval_zero_shot/findings.py", *sys.argv[1:]])
+        f.write(command + "\n\n" + "\n".join(lines) + "\n")
     print("\n".join(lines))
 
 

@@ -7,7 +7,8 @@ seed's own is missing; where both exist, their blocks must agree). `--orders_fro
 from another sweep of the same model, task, averages and held-out blocks (random[i]_k_<k> or random[i]_k_<k>_seed_<s>),
 e.g. a one-seed sweep that already evaluated them; every order's blocks must match the seed's k = 0 blocks.
 
-    python docs/rankers/seeds_vs_random.py SWEEP_FOLDER --ks 68 135 203 [--orders_from SWEEP] [--out FILE.md]
+    python findings/smollm2_rankers_lm_qnli/seeds_vs_random.py SWEEP_FOLDER --ks 68 135 203 [--orders_from SWEEP] \
+        [--out FILE.md]
 
 Per run folder, eval_predictions.jsonl holds each held-out block's summed NLL and token count; perplexity =
 exp(Σ NLL / Σ tokens). A difference is the sweep's (results.md, "Differences from PAPA"): the order's change minus

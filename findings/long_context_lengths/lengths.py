@@ -1,8 +1,8 @@
 """Does constant attention cost more at a long context? Two finished lm sweeps of one text, at T = long and T = short
 (short dividing long), compared chunk by chunk.
 
-    python docs/long_context/lengths.py --long outputs/lm_qnli_t1024 --short outputs/lm_qnli_t128 \
-        --out docs/long_context/lm_qnli.md
+    python findings/long_context_lengths/lengths.py --long outputs/lm_qnli_t1024 --short outputs/lm_qnli_t128 \
+        --out findings/long_context_lengths/lm_qnli.md
 
 Both sweeps evaluate the first blocks of the same validation token stream (papa.data.lm: concatenated, cut into
 blocks of T in order), so long block c is exactly short blocks c·m .. c·m + m − 1 (m = long / short) when both

@@ -1,9 +1,9 @@
 """Structured constants at long contexts: evaluation runs of one length compared block by block.
 
-    python docs/long_context/structured.py --runs outputs/lc51 --seq_len 1024 \
+    python findings/long_context_structured/structured.py --runs outputs/lc51 --seq_len 1024 \
         --rows "t1024_k0:stock" "t1024_full1024_k135:full, averaged at 1024, k = 135" ... \
         --pairs "t1024_toep128_k135:t1024_full1024_k135:Toeplitz(128) − full(1024), k = 135" ... \
-        --out docs/long_context/structured_t1024.md
+        --out findings/long_context_structured/structured_t1024.md
 
 Every run folder is a `papa-glue --do_eval` of the same lm task at the same --max_seq_length and
 --max_eval_samples, so all evaluate the same blocks (checked: eval_predictions.jsonl's block hashes). Per block,

@@ -1,8 +1,8 @@
 """Decoding with a key/value cache: SmolLM2 stock against SmolLM2 with `sink_window` constants on every head of
 whole K/V groups (papa/families/generation.py). Cache bytes and decoding tokens per second.
 
-    python docs/long_context/generation.py --context 2048 --new_tokens 32 --groups 1,2 --rounds 5 --threads 1 \
-        --out docs/long_context/generation.md
+    python findings/long_context_generation/generation.py --context 2048 --new_tokens 32 --groups 1,2 --rounds 5 \
+        --threads 1 --out findings/long_context_generation/generation.md
 
 A prompt of context − new_tokens tokens (SST-2 training sentences, concatenated) is prefilled once per model; each
 round then decodes new_tokens greedy tokens, one forward per token, from a copy of that prefilled cache, so the
@@ -103,7 +103,8 @@ def main():
     lines = [
         f"# Decoding with a key/value cache: SmolLM2-135M, stock vs sink_window on K/V groups {groups}",
         "",
-        f"`python docs/long_context/generation.py --context {args.context} --new_tokens {args.new_tokens} "
+        f"`python findings/long_context_generation/generation.py --context {args.context} "
+        f"--new_tokens {args.new_tokens} "
         f"--groups {args.groups} --sinks {args.sinks} --window {args.window} --rounds {args.rounds} "
         f"--threads {args.threads}`",
         "",

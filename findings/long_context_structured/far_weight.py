@@ -1,6 +1,6 @@
 """How much of a Toeplitz constant's last row lies beyond a distance, for the first k heads of a ranking.
 
-    python docs/long_context/far_weight.py --constants outputs/lc51/toep_t1024 --sorting_heads_dir SORT \
+    python findings/long_context_structured/far_weight.py --constants outputs/lc51/toep_t1024 --sorting_heads_dir SORT \
         --k 135 --beyond 127
 
 The constant's row i is sink[j] (j < S) and profile[i − j] (j ≥ S), renormalised (papa.families.structured); for

@@ -1,5 +1,5 @@
 #!/bin/bash
-# The tables of docs/long_context.md's "Structured constants at long contexts: findings", from the run folders
+# The tables of findings/long_context_structured/README.md, from the run folders
 # (RUNS, default outputs/lc51) that the section's commands make. Each T's table is written only when its runs exist.
 RUNS=${RUNS:-outputs/lc51}
 cd "$(dirname "$0")/../.."
@@ -15,8 +15,8 @@ table() { # T, full constants' T or "", the other averaging T, k values...
     pairs+=("t${T}_toep128_k$k:t${T}_toep${own}_k$k:toeplitz(128) − toeplitz($own), k = $k"
             "t${T}_sw_k$k:t${T}_toep128_k$k:sink_window − toeplitz(128), k = $k")
   done
-  python docs/long_context/structured.py --runs "$RUNS" --seq_len "$T" --stock "t${T}_k0" --rows "${rows[@]}" \
-      --pairs "${pairs[@]}" --out "docs/long_context/structured_t$T.md"
+  python findings/long_context_structured/structured.py --runs "$RUNS" --seq_len "$T" --stock "t${T}_k0" \
+      --rows "${rows[@]}" --pairs "${pairs[@]}" --out "findings/long_context_structured/structured_t$T.md"
 }
 for T in 1024 2048; do  # full constants averaged at T itself beside Toeplitz at T and at 128, k = ½ and all
   [ -f "$RUNS/t${T}_k0/eval_predictions.jsonl" ] && table $T $T $T 135 270

@@ -1,7 +1,7 @@
 #!/bin/bash
-# docs/long_context.md, "Structured constants at long contexts: findings": every averaging pass and evaluation,
+# findings/long_context_structured/README.md: every averaging pass and evaluation,
 # one at a time, each under /usr/bin/time -v (peak RSS); a step whose output exists is skipped.
-# SORT: the taylor ranking folder (rankers.md's lm_qnli sweep, sort_taylor/); O: where the runs go.
+# SORT: the taylor ranking folder (findings/smollm2_rankers_lm_qnli's first sweep, sort_taylor/); O: where the runs go.
 # Run from the repository root with the project's environment active.
 export HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1
 M=${M:-smollm2}
@@ -40,7 +40,7 @@ for k in 135 270; do
   ev t1024_sw_k$k 1024 8 2 $k $O/sw sink_window
 done
 ev t1024_k0 1024 8 2 0 $O/toep_t128 toeplitz
-avg toep_t8192 8192 1 1 --constants toeplitz  # 6.31 GB peak since 3de3191 (docs/long_context.md)
+avg toep_t8192 8192 1 1 --constants toeplitz  # 6.31 GB peak since 3de3191 (findings/long_context_structured/README.md)
 ev t8192_toep8192_k135 8192 1 1 135 $O/toep_t8192 toeplitz
 ev t8192_toep128_k135 8192 1 1 135 $O/toep_t128 toeplitz
 avg toep_t2048 2048 8 1 --constants toeplitz

@@ -1,8 +1,9 @@
-"""The per-head picture in numbers (docs/replacements.md): from a head_replacements.csv or a best_of.csv, per head
-profile, the median single-head loss change of each replacement, how often each is the least costly, and how often
-the constant pattern beats the mean output and mean_corrected; then the costliest heads under constant attention.
+"""The per-head picture in numbers (findings/smollm2_best_of/README.md): from a head_replacements.csv or a
+best_of.csv, per head profile, the median single-head loss change of each replacement, how often each is the
+least costly, and how often the constant pattern beats the mean output and mean_corrected; then the costliest
+heads under constant attention.
 
-    python docs/replacements/per_head_table.py CSV [CSV ...] [--profiles HEAD_SCORES_CSV] [--top 8]
+    python findings/smollm2_best_of/per_head_table.py CSV [CSV ...] [--profiles HEAD_SCORES_CSV] [--top 8]
 
 Several files (best_of.csv of several seeds) are pooled head by head: each Δ is the mean of the files' Δs, and the
 least costly replacement is taken from those means. A best_of.csv has no profile column: --profiles names a

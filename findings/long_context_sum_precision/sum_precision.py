@@ -1,7 +1,8 @@
 """How exact a decoder's float32 attention sums are: the same averaging pass summed in float32 (the default for
-lower triangles) and in float64, compared (docs/long_context.md).
+lower triangles) and in float64, compared (findings/long_context_sum_precision/README.md).
 
-    HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 python docs/long_context/sum_precision.py --seq_len 128 --blocks 256
+    HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 python findings/long_context_sum_precision/sum_precision.py \
+        --seq_len 128 --blocks 256
 
 SmolLM2-135M on lm_qnli's blocks (QNLI's sentences), batch --batch; one forward per batch feeds both averagers.
 Prints the largest absolute and relative differences of the sums and of the averages, as JSON.
