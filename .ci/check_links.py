@@ -1,5 +1,5 @@
-"""Every local link in README.md and docs/**/*.md resolves: the file or folder exists, and a #fragment
-names a heading of the Markdown file it points into (GitHub's anchors).
+"""Every local link in README.md, docs/**/*.md and findings/**/*.md resolves: the file or folder exists, and a
+#fragment names a heading of the Markdown file it points into (GitHub's anchors).
 
     python .ci/check_links.py [ROOT]     one line per broken link, exit 1 if any
 
@@ -65,8 +65,8 @@ def broken_links(markdown):
 
 def markdown_files(root):
     root = Path(root)
-    return [root / "README.md", *sorted((root / "docs").rglob("*.md"))] if (root / "docs").is_dir() else [
-        root / "README.md"]
+    return [root / "README.md", *(path for folder in ("docs", "findings") if (root / folder).is_dir()
+                                  for path in sorted((root / folder).rglob("*.md")))]
 
 
 def main(argv=None):
@@ -78,7 +78,7 @@ def main(argv=None):
             print(f"{os.path.relpath(markdown, root)}:{number}: broken link {target} ({why})", file=sys.stderr)
             problems += 1
     if problems:
-        print(f"{problems} broken local link(s) in README.md and docs/", file=sys.stderr)
+        print(f"{problems} broken local link(s) in README.md, docs/ and findings/", file=sys.stderr)
     return 1 if problems else 0
 
 

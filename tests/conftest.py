@@ -86,7 +86,7 @@ def script(name):
 
 
 def load_module(path):
-    """A script of the repository outside the package (under docs/, benchmarks/, .ci/) imported as a module."""
+    """A script of the repository outside the package (under docs/, findings/, benchmarks/, .ci/) imported as a module."""
     spec = importlib.util.spec_from_file_location(Path(path).stem, path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)

@@ -1,4 +1,5 @@
-"""docs/long_context/structured.py and far_weight.py: the findings' tables and shares against hand computations."""
+"""findings/long_context_structured/structured.py and far_weight.py: the findings' tables and shares against hand
+computations."""
 
 import json
 import math
@@ -8,7 +9,7 @@ import pytest
 import torch
 from conftest import load_module
 
-DOCS = Path(__file__).resolve().parent.parent / "docs" / "long_context"
+DOCS = Path(__file__).resolve().parent.parent / "findings" / "long_context_structured"
 
 
 def _run(folder, rows):

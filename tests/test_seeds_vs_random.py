@@ -1,4 +1,5 @@
-"""docs/rankers/seeds_vs_random.py: each seed's ranking against each random order, paired over held-out blocks.
+"""findings/smollm2_rankers_lm_qnli/seeds_vs_random.py: each seed's ranking against each random order, paired over
+held-out blocks.
 
 The point estimates are checked against perplexities computed here from the blocks' NLL sums; the orders may come
 from the seeds sweep itself or, with --orders_from, from a one-seed sweep (folders without the seed suffix)."""
@@ -12,7 +13,7 @@ from pathlib import Path
 import pytest
 from conftest import load_module
 
-SCRIPT = Path(__file__).resolve().parents[1] / "docs" / "rankers" / "seeds_vs_random.py"
+SCRIPT = Path(__file__).resolve().parents[1] / "findings" / "smollm2_rankers_lm_qnli" / "seeds_vs_random.py"
 
 
 def write_run(folder, nlls, tokens=10, hashes=None):
