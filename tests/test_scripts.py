@@ -17,9 +17,9 @@ FAST = ["--max_train_samples", "128", "--max_eval_samples", "64", "--num_train_e
 
 
 def original_commands():
-    """The three bash blocks of the README's "The original commands" section, as written."""
-    text = (REPO / "README.md").read_text()
-    section = text.split("## The original commands", 1)[1].split("\n## ", 1)[0]
+    """The three bash blocks of docs/scripts.md's "The original commands, verbatim" section, as written."""
+    text = (REPO / "docs" / "scripts.md").read_text()
+    section = text.split("## The original commands, verbatim", 1)[1].split("\n## ", 1)[0]
     return re.findall(r"```bash\n(.*?)```", section, flags=re.S)
 
 
