@@ -204,7 +204,7 @@ def test_bad_best_of_input_is_one_clear_error(tmp_path):
     with pytest.raises(PapaError, match="best_of needs mean_outputs.pt in .*--mean_corrections"):
         heads_setup(tmp_path, *common)
     torch.save(torch.ones(6, 12, 8, 16), tmp_path / "mean_outputs.pt")  # of another head size
-    with pytest.raises(PapaError, match=r"mean head outputs must have shape \[layers, heads, T, 32\]"):
+    with pytest.raises(PapaError, match=r"mean head outputs in .* must have shape \[layers, heads, T, 32\]"):
         heads_setup(tmp_path, *common)
     torch.save(torch.full((6, 12, 8, 32), 2.0), tmp_path / "mean_outputs.pt")
     heads = heads_setup(tmp_path, *common)

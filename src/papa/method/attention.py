@@ -25,6 +25,8 @@ from ..families import block_triangle
 from ..families.block_triangle import pack_blocks
 from ..families.constant_math import constant_attention_output, normalized_constant  # noqa: F401  (public math)
 from ..families import PapaAttention, attention_modules, family_for
+from ..artifacts import (RECOMPUTE, check_attention_weights, check_finite, check_floats, check_model_heads,
+                         check_same_length)
 from ..errors import PapaError
 from .layouts import PackedConstants, read_head_file
 
@@ -41,23 +43,15 @@ def _load_tensor(source, default_name, what, producer):
         path = os.path.join(path, default_name)
     if not os.path.isfile(path):
         raise PapaError(f"{what} not found: {path} does not exist ({producer})")
-    return read_head_file(path, producer), f"the {what} in {path}"
+    tensor, described = read_head_file(path, producer), f"the {what} in {path}"
+    check_floats(tensor, described)
+    return tensor, described
 
 
 def _check_head_tensor(tensor, what, num_layers, num_heads, num_kv_heads=None):
-    if not isinstance(tensor, PackedConstants) and not torch.isfinite(tensor).all():  # packed: per layer, as read
-        raise PapaError(f"{what} contain NaN or infinite values; recompute them")
-    if num_kv_heads not in (None, num_heads) and tensor.dim() >= 2 and tensor.shape[1] == num_kv_heads:
-        raise PapaError(
-            f"{what} have {num_kv_heads} heads per layer, the model's key/value heads, but PAPA's heads are its "
-            f"{num_heads} query heads (num_attention_heads): recompute them with papa's averaging, which records "
-            "one matrix per query head"
-        )
-    if num_layers is not None and tuple(tensor.shape[:2]) != (num_layers, num_heads):
-        raise PapaError(
-            f"{what} have {tensor.shape[0]} layers x {tensor.shape[1]} heads, "
-            f"but the model has {num_layers} x {num_heads}: they were computed for another model"
-        )
+    if not isinstance(tensor, PackedConstants):  # packed: checked as its file was read (papa.method.layouts)
+        check_finite(tensor, what)
+    check_model_heads(tuple(tensor.shape), what, num_layers, num_heads, num_kv_heads)
     return tensor if isinstance(tensor, PackedConstants) else tensor.float()
 
 
@@ -71,32 +65,39 @@ def load_constant_matrices(source, num_layers=None, num_heads=None, num_kv_heads
     tensor, what = _load_tensor(source, "avgs.pt", "constant matrices",
                                 "run run_papa_*_avgs_creator.py first and pass its --output_dir as --static_heads_dir")
     if tensor.dim() != 4 or tensor.shape[-1] != tensor.shape[-2]:
-        raise PapaError(f"constant matrices must have shape [layers, heads, T, T]; got {list(tensor.shape)}")
+        raise PapaError(f"{what} must have shape [layers, heads, T, T]; got {list(tensor.shape)}: {RECOMPUTE}")
+    if not isinstance(source, (torch.Tensor, PackedConstants)):  # a file: attention weights, a layer at a time
+        check_attention_weights(tensor.layers() if isinstance(tensor, PackedConstants) else tensor, what)
     return _check_head_tensor(tensor, what, num_layers, num_heads, num_kv_heads)
 
 
-def _load_per_position(source, name, what, producer, num_layers, num_heads, head_dim, num_kv_heads):
+def _load_per_position(source, name, what, producer, num_layers, num_heads, head_dim, num_kv_heads, seq_len):
     """A [L, H, T, d] float tensor per head and position (mean outputs, output corrections) from a tensor, the
-    file `name` or its folder."""
+    file `name` or its folder; `seq_len`: the T of the constant matrices they go with."""
     tensor, described = _load_tensor(source, name, what, producer)
-    if tensor.dim() != 4 or (head_dim is not None and tensor.shape[-1] != head_dim):
-        raise PapaError(f"{what} must have shape [layers, heads, T, {head_dim or 'd'}]; got {list(tensor.shape)}")
-    return _check_head_tensor(tensor, described, num_layers, num_heads, num_kv_heads)
+    if isinstance(tensor, PackedConstants) or tensor.dim() != 4 or (head_dim is not None
+                                                                    and tensor.shape[-1] != head_dim):
+        raise PapaError(f"{described} must have shape [layers, heads, T, {head_dim or 'd'}]; got "
+                        f"{list(tensor.shape)}: {RECOMPUTE}")
+    tensor = _check_head_tensor(tensor, described, num_layers, num_heads, num_kv_heads)
+    check_same_length(tensor, described, seq_len)
+    return tensor
 
 
-def load_mean_outputs(source, num_layers=None, num_heads=None, head_dim=None, num_kv_heads=None):
-    """A [L, H, T, d] float tensor of mean head outputs from a tensor, `mean_outputs.pt` or its folder."""
+def load_mean_outputs(source, num_layers=None, num_heads=None, head_dim=None, num_kv_heads=None, seq_len=None):
+    """A [L, H, T, d] float tensor of mean head outputs from a tensor, `mean_outputs.pt` or its folder (with
+    `seq_len`, the T of the constant matrices beside them)."""
     return _load_per_position(source, "mean_outputs.pt", "mean head outputs",
                               "run the averaging script with --mean_outputs first", num_layers, num_heads, head_dim,
-                              num_kv_heads)
+                              num_kv_heads, seq_len)
 
 
-def load_output_corrections(source, num_layers=None, num_heads=None, head_dim=None, num_kv_heads=None):
+def load_output_corrections(source, num_layers=None, num_heads=None, head_dim=None, num_kv_heads=None, seq_len=None):
     """A [L, H, T, d] float tensor of output corrections E[A V] − Ā·E[V] (the mean_corrected replacement) from a
-    tensor, `output_corrections.pt` or its folder."""
+    tensor, `output_corrections.pt` or its folder (with `seq_len`, the T of the constant matrices they correct)."""
     return _load_per_position(source, "output_corrections.pt", "output corrections",
                               "run the averaging script with --mean_corrections first", num_layers, num_heads,
-                              head_dim, num_kv_heads)
+                              head_dim, num_kv_heads, seq_len)
 
 
 def static_heads_by_layer(static_heads, num_layers, num_heads):

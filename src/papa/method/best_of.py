@@ -10,14 +10,17 @@ ranking's outputs, so the probing runs read it from the ranking folder.
 """
 
 import csv
+import io
 import os
 
 import torch
 
-from ..errors import PapaError
+from ..artifacts import add_head
+from ..errors import PapaError, first_line
 
 CANDIDATES = ("constant", "mean_output", "mean_corrected")
 BEST_OF_FILE = "best_of.csv"
+REDO = "rerun the ranking run with --best_of true"
 
 
 def best_of_choice(deltas):
@@ -51,29 +54,31 @@ def read_best_of(folder, num_layers, num_heads):
                         "--best_of true (the sweep: --controls best_of); pass that run's folder as "
                         "--sorting_heads_dir")
     choice = [[None] * num_heads for _ in range(num_layers)]
-    with open(path, newline="") as f:
-        reader = csv.DictReader(f)
-        if not reader.fieldnames or not {"layer", "head", "choice"} <= set(reader.fieldnames):
-            raise PapaError(f"{path} is not a best_of file: it needs the columns layer, head and choice")
-        for row in reader:
-            try:
-                layer, head = int(row["layer"]), int(row["head"])
-            except (TypeError, ValueError):
-                raise PapaError(f"{path}: layer and head must be integers; got {row['layer']!r}, {row['head']!r}")
-            if not (0 <= layer < num_layers and 0 <= head < num_heads):
-                raise PapaError(f"{path} names head [{layer}, {head}], which a model with {num_layers} layers x "
-                                f"{num_heads} heads lacks: it was chosen for another model")
-            if row["choice"] not in CANDIDATES:
-                raise PapaError(f"{path}: head [{layer}, {head}] chose {row['choice']!r}; a choice is one of "
-                                f"{', '.join(CANDIDATES)}")
-            if choice[layer][head] is not None:
-                raise PapaError(f"{path} lists head [{layer}, {head}] twice")
-            choice[layer][head] = row["choice"]
+    seen = set()
+    try:
+        with open(path, newline="", encoding="utf-8") as f:
+            text = f.read()
+    except (OSError, UnicodeDecodeError) as err:
+        raise PapaError(f"cannot read {path} ({type(err).__name__}: {first_line(err)[:120]}); {REDO}") from None
+    reader = csv.DictReader(io.StringIO(text))
+    if not reader.fieldnames or not {"layer", "head", "choice"} <= set(reader.fieldnames):
+        raise PapaError(f"{path} is not a best_of file: it needs the columns layer, head and choice; {REDO}")
+    for row in reader:
+        try:
+            layer, head = int(row["layer"]), int(row["head"])
+        except (TypeError, ValueError):
+            raise PapaError(f"{path}: layer and head must be integers; got {row['layer']!r}, {row['head']!r}: "
+                            f"{REDO}") from None
+        add_head(seen, layer, head, path, num_layers, num_heads, made="it was chosen", fix=REDO)
+        if row["choice"] not in CANDIDATES:
+            raise PapaError(f"{path}: head [{layer}, {head}] chose {row['choice']!r}, but a choice is one of "
+                            f"{', '.join(CANDIDATES)}; {REDO}")
+        choice[layer][head] = row["choice"]
     missing = [[layer, head] for layer in range(num_layers) for head in range(num_heads)
                if choice[layer][head] is None]
     if missing:
         raise PapaError(f"{path} has no choice for {len(missing)} heads (the first {missing[0]}): it was chosen "
-                        "for another model; rerun the ranking run with --best_of true")
+                        f"for another model; {REDO}")
     return choice
 
 

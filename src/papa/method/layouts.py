@@ -64,8 +64,8 @@ class PackedConstants:
     matrices of some heads of one layer (the file memory-mapped for that call only); `full()` all of them;
     indexing `[layer]`, `[layer, head]` and `numpy.asarray` work as on layout 1's tensor."""
 
-    def __init__(self, path, shape):
-        self.path, self.shape = path, torch.Size(shape)
+    def __init__(self, path, shape, dtype=torch.float32):
+        self.path, self.shape, self.dtype = path, torch.Size(shape), dtype
         self.seq_len = self.shape[-1]
 
     def dim(self):
@@ -81,6 +81,12 @@ class PackedConstants:
             return values.clone()
         chosen = values[layer] if heads is None else values[layer, list(heads)]
         return chosen.clone()
+
+    def layers(self):
+        """The stored triangles a layer at a time, [H, N] each, the file mapped once (what papa.artifacts checks)."""
+        values = self._values()
+        for layer in range(values.shape[0]):
+            yield values[layer]
 
     def heads(self, layer, heads=None, dtype=torch.float32, device="cpu"):
         return unpack(self.packed(layer, heads), self.seq_len).to(device, dtype)
@@ -130,4 +136,4 @@ def _packed_constants(path, record):
             or values.shape[-1] != triangle_size(seq_len):
         raise PapaError(f"{path} is a damaged lower-triangle file (values {getattr(values, 'shape', None)}, "
                         f"T={seq_len!r}); recompute it with the averaging script")
-    return PackedConstants(os.fspath(path), (*values.shape[:2], seq_len, seq_len))
+    return PackedConstants(os.fspath(path), (*values.shape[:2], seq_len, seq_len), values.dtype)

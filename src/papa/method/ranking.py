@@ -10,6 +10,7 @@ import os
 
 import numpy as np
 
+from ..artifacts import RERANK, check_ranking
 from ..errors import PapaError
 from ..io import load_json, save_json, save_npy
 
@@ -37,22 +38,7 @@ def load_sorted_heads(folder, num_layers, num_heads):
             f"head ranking not found: {path} does not exist (run run_papa_*.py --sort_calculating True "
             "and pass its --output_dir as --sorting_heads_dir)"
         )
-    rows = load_json(path, "rerun the ranking run (run_papa_*.py --sort_calculating True) that writes it")
-    if not isinstance(rows, list) or not all(
-        isinstance(r, list) and len(r) == 2 and all(type(x) is int for x in r) for r in rows  # JSON true is no index
-    ):
-        raise PapaError(f"{path} must be a JSON list of [layer, head] integer pairs")
-    seen = set()
-    for layer, head in rows:
-        if not (0 <= layer < num_layers and 0 <= head < num_heads):
-            raise PapaError(
-                f"{path} names head [{layer}, {head}], which a model with {num_layers} layers x {num_heads} heads "
-                "lacks: the ranking was made for another model"
-            )
-        if (layer, head) in seen:
-            raise PapaError(f"{path} lists head [{layer}, {head}] twice")
-        seen.add((layer, head))
-    return rows
+    return check_ranking(load_json(path, RERANK), path, num_layers, num_heads)
 
 
 def check_static_heads_num(k, num_layers, num_heads):

@@ -36,7 +36,7 @@ REPLACEMENTS = ("constant", "mean_corrected", "mean_output", "zero_output", "fir
 def replacement_pairs(avgs_dir, names=REPLACEMENTS, num_layers=None, num_heads=None, head_dim=None):
     """{name: (C [L, H, T, T], c [L, H, T, d] or None)} from an averaging folder (avgs.pt; mean_outputs.pt for
     mean_output; output_corrections.pt for mean_corrected); with num_layers, num_heads (and head_dim) the files'
-    shapes are checked against the model's."""
+    shapes are checked against the model's, and every file's T against avgs.pt's."""
     unknown = [n for n in names if n not in REPLACEMENTS]
     if unknown:
         raise PapaError(f"unknown replacement {unknown[0]!r}; choose from {', '.join(REPLACEMENTS)}")
@@ -50,9 +50,9 @@ def replacement_pairs(avgs_dir, names=REPLACEMENTS, num_layers=None, num_heads=N
         if name == "constant":
             pairs[name] = (averages, None)
         elif name == "mean_corrected":
-            pairs[name] = (averages, load_output_corrections(avgs_dir, L, H, head_dim))
+            pairs[name] = (averages, load_output_corrections(avgs_dir, L, H, head_dim, seq_len=T))
         elif name == "mean_output":
-            pairs[name] = (zeros, load_mean_outputs(avgs_dir, L, H, head_dim))
+            pairs[name] = (zeros, load_mean_outputs(avgs_dir, L, H, head_dim, seq_len=T))
         elif name == "zero_output":
             pairs[name] = (zeros, None)
         else:

@@ -136,6 +136,7 @@ def read_structured(path):
     """The record `save_structured` wrote; a missing, unreadable or foreign file is one clear PapaError."""
     import os
 
+    from ..artifacts import check_structured
     from ..errors import PapaError, first_line
 
     if not os.path.isfile(path):
@@ -153,6 +154,7 @@ def read_structured(path):
     if record.get("version") != STRUCTURED_VERSION:
         raise PapaError(f"{path} is structured-constants version {record.get('version')!r}; this papa reads version "
                         f"{STRUCTURED_VERSION}: upgrade papa, or recompute them with this one")
+    check_structured(record, path, KINDS)
     return record
 
 

@@ -51,9 +51,10 @@ def load_replacements(model_args, config, static_heads, seq_len):
                                               head_dim(config))
         return HeadReplacement(constants, None, static_heads, False, corrections)
     if model_args.replace_heads_with == "mean_corrected":
-        corrections = load_output_corrections(model_args.static_heads_dir, *shape, head_dim(config))
-        return HeadReplacement(load_constant_matrices(model_args.static_heads_dir, *shape), None, static_heads, False,
-                               corrections)
+        constants = load_constant_matrices(model_args.static_heads_dir, *shape)
+        corrections = load_output_corrections(model_args.static_heads_dir, *shape, head_dim(config),
+                                              seq_len=constants.shape[2])
+        return HeadReplacement(constants, None, static_heads, False, corrections)
     structured = run_constants(model_args, config)
     if structured is not None:
         return HeadReplacement(None, None, static_heads, False, structured=structured)

@@ -21,6 +21,7 @@ matplotlib.use("Agg")
 import numpy as np  # noqa: E402
 from matplotlib.figure import Figure  # noqa: E402
 
+from ..artifacts import load_lambdas  # noqa: E402
 from ..errors import PapaError  # noqa: E402
 from ..io import atomic_path, load_json  # noqa: E402
 
@@ -103,7 +104,7 @@ def plot_lambdas(lambdas, path, title="λ of the ranking run"):
     its .npy path), or a list of several seeds' arrays: then the heatmap is their mean, and a second panel shows
     every head's spread across the seeds (min to max), heads in the order of the mean λ."""
     arrays = lambdas if isinstance(lambdas, (list, tuple)) else [lambdas]
-    arrays = [np.load(a) if isinstance(a, (str, os.PathLike)) else a for a in arrays]
+    arrays = [load_lambdas(a) if isinstance(a, (str, os.PathLike)) else a for a in arrays]
     arrays = [np.asarray(a, dtype=float) for a in arrays]
     if any(a.ndim != 2 for a in arrays) or len({a.shape for a in arrays}) != 1:
         raise PapaError(f"lambdas must be [layers, heads] arrays of one shape; got {[list(a.shape) for a in arrays]}")

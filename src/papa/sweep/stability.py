@@ -20,6 +20,7 @@ import os
 
 import numpy as np
 
+from ..artifacts import load_lambdas
 from ..io import load_json, save_text
 
 COLUMNS = ["a", "b", "seed_a", "seed_b", "kendall_tau", "k", "dynamic_heads", "dynamic_overlap", "chance_overlap"]
@@ -35,7 +36,7 @@ def read_ranking(folder):
         return None
     order = load_json(ranking, f"delete {folder} to redo the ranking run")
     if os.path.isfile(lambdas):
-        return np.load(lambdas), order
+        return load_lambdas(lambdas, order), order
     layers, heads = max(l for l, _ in order) + 1, max(h for _, h in order) + 1
     positions = np.zeros((layers, heads))
     for rank, (layer, head) in enumerate(order):
