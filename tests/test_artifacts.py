@@ -267,7 +267,7 @@ def test_sorted_heads_json(name, encoder_files, tmp_path, capsys):
 @pytest.mark.slow
 def test_lambdas_npy_read_by_the_sweep(tiny_bert, tmp_path):
     """The sweep reads each ranking run's lambdas.npy for its stability table and λ figure: a damaged one (the
-    stages up to date, so nothing redoes it) is one error line, and no λ figure or results.md is written."""
+    stages up to date, so nothing redoes it) is one error line, and no result file is written."""
     out = tmp_path / "sweep"
     sweep = script("run_papa_sweep.py") + [
         "--model_name_or_path", tiny_bert, "--task_name", "cola", "--data_dir", write_cola(tmp_path / "cola"),
@@ -281,13 +281,13 @@ def test_lambdas_npy_read_by_the_sweep(tiny_bert, tmp_path):
                            (good.reshape(-1), r"float \[layers, heads\] array of λ; it holds float32 \[12\]"),
                            (good.astype(np.int64), r"it holds int64 \[3, 4\]")):
         np.save(lambdas, array)
-        for name in ("results.md", "lambdas.png"):
+        for name in ("results.md", "results.csv", "lambdas.png"):
             (out / name).unlink(missing_ok=True)
         proc = run_process(sweep, check=False)
         lines = [line for line in proc.stderr.splitlines() if line.startswith("error:")]
         assert proc.returncode == 2 and len(lines) == 1 and "Traceback" not in proc.stderr, proc.stderr[-3000:]
         assert str(lambdas) in lines[0] and re.search(pattern, lines[0]), lines[0]
-        assert not (out / "results.md").exists() and not (out / "lambdas.png").exists()
+        assert not any((out / name).exists() for name in ("results.md", "results.csv", "lambdas.png"))
 
 
 # ----------------------------------------------------------------------------- the original code's formats

@@ -293,6 +293,9 @@ def write_results(plan, model_name, stages=()):
     from . import plots
 
     output_dir, task, total_heads = plan.output_dir, plan.task, plan.total_heads
+    # the rankings first: a damaged lambdas.npy stops the results before any file is written (papa.artifacts)
+    rankings = {s: r for s in plan.ranking_seeds if (r := read_ranking(plan.ranking_folder(s))) is not None}
+    taus = ranker_taus(plan)
     tables, samples = seed_tables(plan)
     columns, rows = merge_seeds(tables)
     distributions, notes = add_intervals(columns, rows, plan)
@@ -314,11 +317,10 @@ def write_results(plan, model_name, stages=()):
     if plan.controls:
         markdown += "\n" + controls_markdown(rows, task, plan.controls)
         markdown += "\n" + differences_markdown(rows, main, plan.controls, labels, total_heads)
-    rankings = {s: r for s in plan.ranking_seeds if (r := read_ranking(plan.ranking_folder(s))) is not None}
     stability = seed_stability(task.name, rankings, plan.ks) if len(rankings) > 1 else []
     several = len(plan.rankers) > 1 or len(orderings.random_orders_in(plan)) > 1
     if several:
-        markdown += "\n" + orderings.orderings_markdown(rows, plan, main, ranker_taus(plan))
+        markdown += "\n" + orderings.orderings_markdown(rows, plan, main, taus)
     best = orderings.best_ranker(rows, plan, main, half_k(total_heads)) if several else None
     markdown += "\n" + claims_markdown([((), claims(rows, main, total_heads, best))])
     write_stability(stability, output_dir)
