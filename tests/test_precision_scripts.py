@@ -15,6 +15,7 @@ from cli_fixtures import (T, command_error, papa_flags, run_command, tiny_bert, 
                           write_conll, write_papa_inputs)
 
 from papa.sweep.defaults import averaging_flags
+from papa.sweep.run import parse_passthrough
 
 
 def finite_metrics(folder):
@@ -88,11 +89,21 @@ def test_mixed_precision_is_checked(tmp_path, capsys):
 
 @pytest.mark.parametrize("passthrough,expected", [
     ([], []), (["--fp16"], ["--mixed_precision", "fp16"]), (["--fp16", "false"], []),
-    (["--bf16=true", "--seed", "1"], ["--mixed_precision", "bf16"]), (["--fp16", "--gradient_checkpointing"],
+    (["--bf16=true", "--use_cpu", "true", "--seed", "1"], ["--mixed_precision", "bf16"]), (["--fp16", "--gradient_checkpointing"],
                                                                        ["--mixed_precision", "fp16"]),
 ])
-def test_the_sweep_runs_the_averaging_in_the_training_runs_precision(passthrough, expected):
-    assert averaging_flags(passthrough) == expected
+def test_the_sweep_runs_the_averaging_in_the_training_runs_precision(passthrough, expected, tmp_path):
+    assert averaging_flags(parse_passthrough(passthrough, str(tmp_path))) == expected
+
+
+def test_the_averaging_stage_reads_what_the_training_runs_read(tmp_path):
+    """The passed-through flags parsed once (the training runs' parser); the averaging stage gets those that decide
+    what is averaged, in its own spelling, and none other."""
+    flags = parse_passthrough(["--tokenizer_name", "tok", "--original_token_types", "--use_fast_tokenizer", "false",
+                               "--dataset_config_name=c", "--weight_decay", "0.1", "--use_auth_token"], str(tmp_path))
+    assert averaging_flags(flags) == ["--original_token_types", "true", "--dataset_config_name", "c",
+                                      "--tokenizer_name", "tok", "--use_auth_token", "true", "--use_slow_tokenizer",
+                                      "true"]
 
 
 @pytest.mark.slow

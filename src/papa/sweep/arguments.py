@@ -4,6 +4,7 @@ know are passed through to the training runs."""
 
 from dataclasses import dataclass, field
 
+from ..data.retrieval import FILLERS
 from ..method.rankers import RANKERS
 from ..runs.arguments import SWEEP_CONTROLS, parse_dataclasses
 from ..errors import PapaError, check_positive, check_seed, check_writable_folder
@@ -78,6 +79,21 @@ class SweepArguments:
                 "the mean corrections)."})
     lambda_learning_rate: float | None = field(default=None, metadata={
         "help": "Learning rate of λ (lambda) and of the gates (gates; default 0.02)."})
+    constants: str = field(default="full", metadata={
+        "choices": ("full", "toeplitz", "sink_window"), "help": "What constant heads attend with, in every stage: "
+        "full (avgs.pt, T x T per head: the original); toeplitz or sink_window (a decoder's structured constants, "
+        "structured_constants.pt, any length: docs/long_context.md)."})
+    sink_tokens: int | None = field(default=None, metadata={
+        "help": "--constants toeplitz / sink_window: the first positions that are the sink (default 1 / 4)."})
+    window: int | None = field(default=None, metadata={
+        "help": "--constants sink_window: the recent positions each token attends to, itself included (default 64)."})
+    filler: str = field(default="fixed", metadata={
+        "choices": FILLERS, "help": "The retrieval tasks (passkey, passkey_multi): the text the key hides in: fixed "
+        "(the same few sentences repeated), or qnli / mrpc (GLUE's QNLI (Wikipedia) / MRPC (news) sentences in "
+        "--data_dir)."})
+    retrieval_depths: list[float] | None = field(default=None, metadata={
+        "help": "The retrieval tasks: the depths (fractions of the filler before the key, 0 to 1) the examples "
+                "cycle through (default: 0 0.25 0.5 0.75 1).", "metavar": "D"})
     train_file: str | None = field(default=None, metadata={"help": "Training file, passed to every stage."})
     validation_file: str | None = field(default=None, metadata={"help": "Validation file, passed to the training runs."})
     output_dir: str | None = field(default=None, metadata={

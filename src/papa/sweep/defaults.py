@@ -1,5 +1,6 @@
 """The sweep's defaults: hyper-parameters per task, which k to probe, and the flags it owns."""
 
+import dataclasses
 import math
 
 from ..errors import PapaError
@@ -62,6 +63,7 @@ RESERVED_FLAGS = {
     "--grad_for_classifier_only", "--grad_for_classifier_and_static_only", "--do_train", "--do_eval",
     "--task_name", "--model_name_or_path", "--use_freeze_extract_pooler", "--use_papa_preprocess",
     "--max_seq_length", "--data_dir", "--train_file", "--validation_file", "--replace_heads_with", "--ranker",
+    "--constants", "--sink_tokens", "--window", "--filler", "--retrieval_depths",  # the sweep's own: every stage's
 }
 
 
@@ -93,53 +95,60 @@ def check_passthrough(extra_args):
 
 
 # The training runs' flags that also decide what the averaging pass averages (the same data, tokenizer and model
-# weights), passed to the averaging stage under the same name.
-AVERAGING_FLAGS = {
-    "--constants", "--sink_tokens", "--window", "--original_token_types", "--filler", "--retrieval_depths",
-    "--dataset_name", "--dataset_config_name", "--text_column_name", "--label_column_name",
-    "--config_name", "--tokenizer_name", "--model_revision", "--token", "--use_auth_token", "--preprocessing_num_workers",
+# weights): {field of the parsed ModelArguments / DataArguments: the averaging script's flag}.
+AVERAGED_FIELDS = {
+    "original_token_types": "--original_token_types", "dataset_name": "--dataset_name",
+    "dataset_config_name": "--dataset_config_name", "text_column_name": "--text_column_name",
+    "label_column_name": "--label_column_name", "preprocessing_num_workers": "--preprocessing_num_workers",
+    "config_name": "--config_name", "tokenizer_name": "--tokenizer_name", "model_revision": "--model_revision",
 }
 
 
-def passthrough_flags(passthrough):
-    """[(name, [values])] of passed-through flags, spelt as HF's parser takes them: `--flag value ...` (a list flag
-    takes every value up to the next flag), `--flag=value`, or a bare boolean `--flag` (no value)."""
+def _default(args, name):
+    return next(f.default for f in dataclasses.fields(args) if f.name == name)
+
+
+def averaging_flags(training_flags):
+    """The averaging stage's flags from the training runs' passed-through ones, parsed once (`training_flags`:
+    papa.runs.arguments.parse_training_args' three dataclasses), so that it averages what they read: the data,
+    tokenizer and model fields of AVERAGED_FIELDS that differ from their defaults, the hub token, a slow tokenizer,
+    and `--fp16` / `--bf16` as `--mixed_precision fp16` / `bf16` (the forward's autocast)."""
+    model_args, data_args, training_args = training_flags
     flags = []
-    for i, arg in enumerate(passthrough):
-        if not arg.startswith("--"):
-            continue
-        name, equals, value = arg.partition("=")
-        values = [value] if equals else []
-        if not equals:
-            for following in passthrough[i + 1:]:
-                if following.startswith("--"):
-                    break
-                values.append(following)
-        flags.append((name, values))
+    for name, flag in AVERAGED_FIELDS.items():
+        args = model_args if hasattr(model_args, name) else data_args
+        value = getattr(args, name)
+        if value != _default(args, name):
+            flags += [flag, str(value).lower() if isinstance(value, bool) else str(value)]
+    if model_args.use_auth_token:
+        flags += ["--use_auth_token", "true"]
+    elif model_args.token:
+        flags += ["--token", str(model_args.token)]
+    if not model_args.use_fast_tokenizer:
+        flags += ["--use_slow_tokenizer", "true"]
+    precision = "fp16" if training_args.fp16 else "bf16" if training_args.bf16 else None
+    return flags + (["--mixed_precision", precision] if precision else [])
+
+
+def structured_flags(args):
+    """The sweep's --constants (and --sink_tokens, --window) as every stage's flags: the averaging stage writes
+    those constants, the training runs read them."""
+    if args.constants == "full":
+        return []
+    flags = ["--constants", args.constants]
+    for name in ("sink_tokens", "window"):
+        if getattr(args, name) is not None:
+            flags += [f"--{name}", str(getattr(args, name))]
     return flags
 
 
-def _is_true(values):
-    """An HF boolean flag's value: a bare flag is true, as is any spelling but false/0/no/n/f."""
-    return not values or values[0].lower() not in ("false", "0", "no", "n", "f")
+def retrieval_flags(args):
+    """The sweep's --filler and --retrieval_depths as every stage's flags (the retrieval tasks' data)."""
+    flags = [] if args.filler == "fixed" else ["--filler", args.filler]
+    return flags + (["--retrieval_depths", *map(repr, args.retrieval_depths)] if args.retrieval_depths else [])
 
 
-def averaging_flags(passthrough):
-    """The averaging stage's flags from the training runs' passed-through ones, so that it averages what they read:
-    `AVERAGING_FLAGS` as they are, `--use_fast_tokenizer false` as `--use_slow_tokenizer true`, and `--fp16` /
-    `--bf16` as `--mixed_precision fp16` / `bf16` (the forward's autocast)."""
-    flags, precision = [], "no"
-    for name, values in passthrough_flags(passthrough):
-        if name in AVERAGING_FLAGS:
-            flags += [name, *values]
-        elif name == "--use_fast_tokenizer":
-            flags += ["--use_slow_tokenizer", str(not _is_true(values)).lower()]
-        elif name in ("--fp16", "--bf16") and _is_true(values):
-            precision = name[2:]
-    return flags + (["--mixed_precision", precision] if precision != "no" else [])
-
-
-def check_data_source(task, data_dir, train_file, passthrough):
+def check_data_source(task, data_dir, train_file, dataset_name=None):
     """A task that reads data, given no local files, where the hub is known to be unreachable (HF_HUB_OFFLINE /
     HF_DATASETS_OFFLINE) or cannot help (lm_qnli, lm_mrpc): an error now, with the scripts' own message, before
     any folder is made (its averaging stage would only fail the same way)."""
@@ -155,7 +164,7 @@ def check_data_source(task, data_dir, train_file, passthrough):
     if not hub_is_offline():
         return
     hint = {"sequence": DATA_FLAGS_HINT, "token": TOKEN_FLAGS_HINT, "lm": LM_DATA_HINT}[task.kind]
-    via = " (--dataset_name needs it)" if any(n == "--dataset_name" for n, _ in passthrough_flags(passthrough)) else ""
+    via = " (--dataset_name needs it)" if dataset_name else ""
     raise PapaError(f"no local data for {task.name} and the hub is offline (HF_HUB_OFFLINE/HF_DATASETS_OFFLINE)"
                     f"{via}; {hint}")
 
@@ -175,12 +184,11 @@ def epilog():
 FULL_CONSTANT_CONTROLS = ("uniform", "mean_output", "trained_constant")
 
 
-def constants_file(passthrough):
-    """The averaging stage's artifact for the passed-through --constants: avgs.pt, or structured_constants.pt."""
+def constants_file(constants):
+    """The averaging stage's artifact for --constants: avgs.pt, or structured_constants.pt."""
     from ..method.structured_averaging import STRUCTURED_NAME
 
-    kinds = [values[-1] for name, values in passthrough_flags(passthrough) if name == "--constants" and values]
-    return "avgs.pt" if not kinds or kinds[-1] == "full" else STRUCTURED_NAME
+    return "avgs.pt" if constants == "full" else STRUCTURED_NAME
 
 
 def check_structured_controls(plan):

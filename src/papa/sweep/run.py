@@ -32,7 +32,8 @@ from ..data.tokenized_cache import CACHE_ENV
 from . import controls, orderings
 from .child import start_fork_server
 from ..method.rankers import LAMBDA_ON_DECODER
-from .defaults import averaging_flags, check_data_source, check_passthrough, check_structured_controls, constants_file
+from .defaults import (averaging_flags, check_data_source, check_passthrough, check_structured_controls,
+                       constants_file, retrieval_flags, structured_flags)
 from .plan import make_plan, model_display_name
 from .launchers import check_launcher, make_launcher, run_scheduled, sweep_tasks
 from .results import RESULTS_FILES, remove_results, write_results
@@ -43,9 +44,12 @@ def _count(n, unit):
     return f"{n:g} {unit}" + ("" if n == 1 else "s")
 
 
-def make_stages(plan, args, passthrough):
+def make_stages(plan, args, passthrough, training_flags=None):
     """The averaging stage, the ranking stage(s), one probing stage per k (and seed), then the controls' stages,
-    with their flags."""
+    with their flags. `passthrough`: the flags the sweep does not know, for every training run as given;
+    `training_flags`: them parsed once (parse_passthrough), for the averaging stage."""
+    training_flags = training_flags or parse_passthrough(passthrough, plan.output_dir)
+    every_stage = structured_flags(args) + retrieval_flags(args)  # the sweep's own flags that shape every stage
     avgs_module, train_module = (f"papa.cli.{name}" for name in KINDS[plan.task.kind]["cli"])
     avgs_script, train_script = KINDS[plan.task.kind]["scripts"]
     avgs_dir = os.path.join(plan.output_dir, "avgs")
@@ -66,7 +70,7 @@ def make_stages(plan, args, passthrough):
     avgs_args = [*source, "--max_length", str(plan.max_seq_length),
                  "--per_device_train_batch_size", str(plan.avgs_batch_size), "--output_dir", avgs_dir,
                  *([] if lm else ["--use_papa_preprocess", "true", "--pad_to_max_length"]), "--seed", str(args.seed)]
-    avgs_args += averaging_flags(passthrough)  # the data, model and precision the training runs get
+    avgs_args += every_stage + averaging_flags(training_flags)  # the data, model and precision the training runs get
     if args.max_train_samples is not None:  # average over the examples the probes are trained on
         avgs_args += ["--max_train_samples", str(args.max_train_samples)]
     avgs_outputs = [plan.constants_file]
@@ -90,7 +94,7 @@ def make_stages(plan, args, passthrough):
                 *([] if lm else ["--use_papa_preprocess", "--use_freeze_extract_pooler",
                                  "true" if args.probe == "freeze_extract" else "false"]),
                 "--static_heads_dir", static_dir, "--save_total_limit", "0", "--seed", str(seed),
-                *limits, *mode, *passthrough]
+                *limits, *every_stage, *mode, *passthrough]
 
     avgs_pt = os.path.join(avgs_dir, plan.constants_file)
     lm_eval = lm_eval_flags(plan, getattr(args, "lm_eval_data_dir", None) or args.data_dir)
@@ -167,6 +171,15 @@ def lm_eval_flags(plan, data_dir=None):
     return ["--lm_eval_tasks", *plan.lm_eval_tasks, *limit, *where]
 
 
+def parse_passthrough(passthrough, output_dir):
+    """The flags the sweep does not know, parsed once as the training runs parse them (papa.runs.arguments): their
+    (ModelArguments, DataArguments, TrainingArguments); a bad flag is the training runs' own error, now."""
+    try:
+        return parse_training_args([*passthrough, "--output_dir", output_dir])
+    except PapaError as err:
+        raise PapaError(f"the training runs would reject these flags: {err}") from None
+
+
 def check_training_flags(stage):
     """Parse a training stage's flags as its command will, so a typo in a passed-through flag stops the
     sweep now rather than after the averaging stage."""
@@ -215,10 +228,11 @@ def prepare_sweep(args, task, passthrough=()):
     """Check everything and lay out the stages, before any heavy work: bad input raises PapaError here."""
     passthrough = shlex.split(args.extra_args) + list(passthrough)
     check_passthrough(passthrough)
-    check_data_source(task, args.data_dir, args.train_file, passthrough)
-    plan = dataclasses.replace(make_plan(args, task), constants_file=constants_file(passthrough))
+    plan = dataclasses.replace(make_plan(args, task), constants_file=constants_file(args.constants))
+    training_flags = parse_passthrough(passthrough, plan.output_dir)  # parsed once; a typo stops the sweep here
+    check_data_source(task, args.data_dir, args.train_file, training_flags[1].dataset_name)
     check_structured_controls(plan)
-    stages = make_stages(plan, args, passthrough)
+    stages = make_stages(plan, args, passthrough, training_flags)
     for ranker in plan.rankers:  # each ranker's first ranking stage
         check_training_flags(next(s for s in stages if s.folder == plan.ranking_folder(plan.ranking_seeds[0], ranker)))
     return Prepared(args, plan, stages, passthrough, model_display_name(args.model_name_or_path))
