@@ -57,3 +57,25 @@ def test_far_weight_is_the_last_rows_share_beyond_the_distance(tmp_path, monkeyp
     # row 4: sink 2 at j = 0, then j = 1..4 at d = 3, 2, 1, 0: weights 5, 3, 1, 1; beyond d = 1: 3 + 5 of 12
     printed = capsys.readouterr().out
     assert f"median {8 / 12:.4f}" in printed and f"on the sink: median {2 / 12:.4f}" in printed
+
+
+def test_the_retrieval_heatmap_counts_keys_by_length_and_depth(tmp_path, monkeypatch, capsys):
+    """findings/long_context_retrieval/heatmap.py: a cell is the share of that depth's keys found (correct ==
+    tokens); the Wilson interval against its closed form for 5 of 10 and its ends at 0 and n."""
+    heatmap = load_module(DOCS.parent / "long_context_retrieval" / "heatmap.py")
+    for T, found in ((64, [6, 6, 0, 6, 6, 6]), (128, [6, 3, 6, 6, 6, 6])):
+        (tmp_path / f"m_t{T}").mkdir()
+        with open(tmp_path / f"m_t{T}" / "eval_predictions.jsonl", "w") as f:
+            for i, correct in enumerate(found):
+                depth = [0.0, 0.25, 0.5, 0.751, 1.0][i % 5]
+                f.write(json.dumps({"index": i, "nll_sum": 1.0, "tokens": 6, "correct": correct, "depth": depth}) + "\n")
+    assert heatmap.by_depth(tmp_path / "m_t64") == {0.0: [2, 2], 0.25: [1, 1], 0.5: [0, 1], 0.75: [1, 1], 1.0: [1, 1]}
+    low, high = heatmap.wilson(5, 10)
+    half = 1.96 * math.sqrt(0.25 / 10 + 1.96 ** 2 / 400) / (1 + 1.96 ** 2 / 10)
+    assert (low, high) == pytest.approx((0.5 - half, 0.5 + half))
+    assert heatmap.wilson(0, 10)[0] == 0 and heatmap.wilson(10, 10)[1] == 1
+    monkeypatch.setattr("sys.argv", ["heatmap.py", "--runs", f"m={tmp_path}/m_t{{T}}", "--lengths", "64", "128",
+                                     "--out", str(tmp_path / "h.png")])
+    heatmap.main()
+    table = capsys.readouterr().out
+    assert "| m | 64 | 5/6 |" in table and "| m | 128 | 5/6 |" in table and (tmp_path / "h.png").is_file()
