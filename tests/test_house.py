@@ -245,3 +245,24 @@ def test_extras_are_declared_in_their_normalized_name_and_installed_as_declared(
              for name in re.findall(r"pip install [^`\n]*?(?:\.|papa-attention)\[([^\]]+)\]", path.read_text())}
     assert asked, "no install command of an extra found: the pattern is out of date"
     assert {(path, name) for path, name in asked if name not in extras} == set()
+
+
+def test_a_rankers_name_is_written_in_its_registry_only():
+    """papa.method.rankers.RANKERS is the one place a ranker's name is a string of the code: every other module asks
+    the registry (adding a ranker is one entry there)."""
+    from papa.method.rankers import RANKERS
+
+    names = set(RANKERS)
+    found = {}
+    for name, path in module_names():
+        if name == "papa.method.rankers":
+            continue
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Constant) and node.value in names:
+                found.setdefault(name, set()).add(node.value)
+    assert not found, f"ranker names written outside papa.method.rankers: {found}"
+
+
+def test_readme_is_a_guide_of_at_most_150_lines():
+    n = len((REPO / "README.md").read_text(encoding="utf-8").splitlines())
+    assert n <= 150, f"README.md has {n} lines (limit 150): the guide; findings go to findings/, reference to docs/"

@@ -168,7 +168,7 @@ def test_the_default_ranker_is_taylor_on_a_decoder_and_lambda_on_an_encoder(lm_f
     assert make_plan(encoder, get_task("repeat")).rankers == ("lambda",)
     # --ranker_loss distill has no signal for taylor: refused with the fix, not silently changed
     distill, _ = parse_sweep_args(["--task_name", "lm", "--model_name_or_path", model, "--ranker_loss", "distill", *common])
-    with pytest.raises(PapaError, match="distill has no signal for taylor.*add --ranker loo"):
+    with pytest.raises(PapaError, match="distill has no signal for taylor.*add --ranker gates, loo"):
         make_plan(distill, LM)
     # λ on a decoder, asked for: run, with a pointer
     args, passthrough = parse_sweep_args(["--task_name", "lm", "--model_name_or_path", model, "--ranker", "lambda",

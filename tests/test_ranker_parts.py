@@ -19,7 +19,7 @@ pytestmark = pytest.mark.slow
 
 
 def test_layer_parts_keep_a_layers_units_together_and_cover_every_unit_once():
-    from papa.method.rankers import make_units
+    from papa.method.scorers import make_units
 
     units = make_units(5, 4, 2)  # 5 layers x 2 K/V groups
     parts = [layer_part(units, p, 3) for p in (1, 2, 3)]

@@ -54,7 +54,7 @@ def test_loo_script_scores_with_the_probe_trained_at_k0(tiny_bert, tmp_path):
     from papa.data.glue import load_sequence_task
     from papa.data.tasks import get_task
     from papa.data.tokenized_cache import tokenize_cached
-    from papa.method.rankers import Objective, loo_scores, make_units
+    from papa.method.scorers import Objective, loo_scores, make_units
     from papa.models.modeling import load_papa_model
 
     out = tmp_path / "ranked"
@@ -143,7 +143,7 @@ def test_seeded_ranking_ranks_on_the_drawn_blocks(tmp_path):
     from transformers import AutoModelForCausalLM
 
     from papa.method.attention import patch_model
-    from papa.method.rankers import Objective, make_units, taylor_scores
+    from papa.method.scorers import Objective, make_units, taylor_scores
 
     model = save_tiny_lm("llama", tmp_path / "lm")
     train, valid = write_text(tmp_path / "train.txt", 24), write_text(tmp_path / "valid.txt", 6, seed=1)

@@ -14,7 +14,8 @@ from tiny_encoders import L, H, random_constants
 from papa.method.attention import patch_model
 from papa.method.example_losses import distill_losses, task_losses
 from papa.method.gates import gated, transformer_blocks
-from papa.method.rankers import Objective, iterative_ranking, loo_scores, make_units, rank, taylor_scores, train_gates
+from papa.method.rankers import rank
+from papa.method.scorers import Objective, iterative_ranking, loo_scores, make_units, taylor_scores, train_gates
 
 FAMILIES = ["bert", "deberta-v2", "llama", "gpt2", "gemma3_text"]
 # transformers' Llama-like RMS norms compute in float32 even in a float64 model: agreement to float32's rounding
@@ -135,7 +136,7 @@ def test_loo_matches_single_head_patched_models(name, reuse):
 
 def test_loo_bounds_the_outputs_of_one_forward():
     """A loo forward carries at most 64 sequences and at most 1 GiB of float32 logits, and always one copy."""
-    from papa.method.rankers import copies_per_forward
+    from papa.method.scorers import copies_per_forward
 
     assert copies_per_forward(16, 128, 3) == 4  # a probe's few outputs: 64 rows
     assert copies_per_forward(8, 128, 49_152) == 5  # SmolLM2: 42 rows of 25 MB
@@ -162,7 +163,7 @@ def test_iterative_loo_is_greedy_by_definition():
     stock, mixed, kind, batches = _setup("bert")
     units = make_units(2, H)  # 8 heads: one per round, so the ranking is the exact greedy order
     mixed2 = patch_model(copy.deepcopy(stock), random_constants(), mix_all_heads=True)
-    got = iterative_ranking(Objective(mixed2, batches, kind), units, "loo")
+    got = iterative_ranking(Objective(mixed2, batches, kind), units, exact=True)
     chosen, remaining = [], [u for unit in units for u in unit]
     while remaining:
         losses = {h: _mean_loss(_patched(stock, chosen + [h]), kind, batches) for h in remaining}
@@ -176,7 +177,7 @@ def test_iterative_loo_is_greedy_by_definition():
 def test_iterative_takes_a_tenth_per_round():
     _, mixed, kind, batches = _setup("bert")
     units = make_units(L, H)  # 12 units: ceil(12 / 10) = 2 per round
-    got = iterative_ranking(Objective(mixed, batches[:1], kind), units, "taylor")
+    got = iterative_ranking(Objective(mixed, batches[:1], kind), units, exact=False)
     assert got.extra["round"] == [r for r in range(6) for _ in range(2)]
     assert sorted(map(tuple, got.sorted_heads())) == [(l, h) for l in range(L) for h in range(H)]
 

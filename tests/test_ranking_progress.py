@@ -15,7 +15,8 @@ import pytest
 import torch
 
 from papa.method.attention import patch_model
-from papa.method.rankers import Objective, make_units, rank
+from papa.method.rankers import rank
+from papa.method.scorers import Objective, make_units
 from papa.method.ranking_progress import PROGRESS_FILE, NoProgress, Progress, fingerprint
 from tiny_decoders import H, L, T, tiny_decoder
 

@@ -249,7 +249,8 @@ def test_retrieval_scores_equal_a_count_over_the_stock_models_attentions(name):
     from tiny_decoders import H, L, tiny_decoder
 
     from papa.method.attention import patch_model
-    from papa.method.rankers import Objective, make_units, rank
+    from papa.method.rankers import rank
+    from papa.method.scorers import Objective, make_units
     from papa.method.retrieval_heads import retrieval_scores
 
     stock = tiny_decoder(name).float()

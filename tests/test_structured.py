@@ -256,7 +256,7 @@ def test_rankers_with_structured_constants_match_single_head_models():
 
     from papa.method.example_losses import task_losses
     from papa.method.gates import gated
-    from papa.method.rankers import Objective, loo_scores, make_units, taylor_scores
+    from papa.method.scorers import Objective, loo_scores, make_units, taylor_scores
 
     sink, profile = random_structured(S=2, D=T + 3)
     stock = tiny_decoder("gpt2").double()  # float64 throughout (Llama's RMS norms drop to float32)

@@ -11,7 +11,7 @@ papa.families.constant_math.add_corrections):
     first_token     (e_0 rows, 0)          the attention sink only
 
 so one model patched in mix mode with a replacement's pair makes g = 1 that replacement (papa.method.gates), and the
-loo ranker's exact single-head loss changes (papa.method.rankers.loo_scores: the blocks below a head's layer computed
+loo ranker's exact single-head loss changes (papa.method.scorers.loo_scores: the blocks below a head's layer computed
 once per batch, several heads per forward) give every head's cost. The pair is swapped into the same model, layer by
 layer, between replacements (`load_replacement`). The pattern variance is the mean over real query rows of
 ‖A_h(x)_i − norm(Ā_h·P)_i‖², on the same data.
@@ -28,7 +28,7 @@ from .ablations import first_token_matrices
 from .attention import _layer_replacements, load_constant_matrices, load_mean_outputs, load_output_corrections
 from .gates import gated
 from .profiles import head_kind, head_profiles
-from .rankers import Objective, loo_scores, make_units
+from .scorers import Objective, loo_scores, make_units
 
 REPLACEMENTS = ("constant", "mean_corrected", "mean_output", "zero_output", "first_token")
 

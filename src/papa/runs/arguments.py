@@ -19,6 +19,7 @@ from .command_line import RENAMED_FLAGS, json_to_argv, modernize_argv, parse_dat
 from ..models.bundled import check_model_path
 from ..models.modeling import training_mode
 from ..data.retrieval import FILLERS
+from ..method.rankers import PAPER, RANKERS, without_distill_signal
 
 # the sweep's control runs (papa.sweep.controls)
 SWEEP_CONTROLS = ("uniform", "random_order", "mean_output", "zero_output", "first_token", "trained_constant",
@@ -86,8 +87,8 @@ class ModelArguments:
                                               "(best_of.csv in --sorting_heads_dir, the ranking run's --best_of)."}
     )
 
-    ranker: Literal["lambda", "gates", "taylor", "loo", "iterative", "iterative_taylor", "retrieval"] = field(
-        default="lambda", metadata={"help": "With --sort_calculating, how the heads are ranked (papa.method.rankers): "
+    ranker: str = field(
+        default=PAPER, metadata={"choices": tuple(RANKERS), "help": "With --sort_calculating, how the heads are ranked (papa.method.rankers): "
                                             "lambda (the original: trained mixing weights λ); gates (DuoAttention: "
                                             "gates from the stock model with an L1 pull toward constant); taylor "
                                             "(first-order loss change at the stock model, one pass); loo (the exact "
@@ -155,10 +156,9 @@ class ModelArguments:
         training_mode(self.sort_calculating, self.grad_for_classifier_only, self.grad_for_classifier_and_static_only)
         if self.use_auth_token and self.token is None:
             self.token = True  # huggingface_hub: True = the stored token
-        if self.ranker != "lambda" and not self.sort_calculating:
+        if not RANKERS[self.ranker].in_trainer and not self.sort_calculating:
             raise PapaError(f"--ranker {self.ranker} ranks heads in a ranking run: add --sort_calculating True")
-        if self.sort_calculating and self.ranker_loss == "distill" and self.ranker in ("taylor", "iterative_taylor",
-                                                                                      "lambda"):
+        if self.sort_calculating and self.ranker_loss == "distill" and without_distill_signal([self.ranker]):
             raise PapaError(f"--ranker_loss distill has no signal for --ranker {self.ranker} (lambda trains on the "
                             "task's loss; taylor's gradient of the distillation loss is 0 at the stock model): drop "
                             "it or use loo, iterative or gates")
@@ -169,7 +169,7 @@ class ModelArguments:
                             "--ranker_max_samples N, or drop --ranker_sample")
         check_positive(self.ranker_steps, "--ranker_steps")
         check_positive(self.ranker_parts, "--ranker_parts")
-        if (self.ranker_parts or self.ranker_merge) and self.ranker != "loo":
+        if (self.ranker_parts or self.ranker_merge) and not RANKERS[self.ranker].parts:
             raise PapaError("--ranker_parts and --ranker_merge split --ranker loo's heads into parts: the other rankers "
                             "score every head in one pass or depend on each other's choice; drop them or use loo")
         if (self.ranker_part is None) != (self.ranker_parts is None):

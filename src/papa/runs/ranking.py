@@ -31,7 +31,8 @@ from ..method.attention import lambdas_array
 from ..method.gates import set_gates
 from ..method.profiles import head_kind, head_profiles
 from ..method.ranking import save_ranking
-from ..method.rankers import Objective, Scored, loo_scores, make_units, rank
+from ..method.rankers import RANKERS, rank
+from ..method.scorers import Objective, Scored, loo_scores, make_units
 from ..method.ranking_progress import PROGRESS_FILE, NoProgress, Progress, fingerprint
 
 LAMBDA_NAMES = ("lambdas",)
@@ -173,13 +174,14 @@ def rank_heads(trainer, task, model_args, training_args, train_probe):
     batches = ranking_batches(trainer, model_args.ranker_max_samples, model_args.ranker_sample)
     units = ranking_units(model.config, model_args)
     objective = Objective(model, batches, task.kind, model_args.ranker_loss, scored_only=bool(task.retrieval))
+    entry = RANKERS[model_args.ranker]
     options = {"reuse_prefix": model_args.loo_prefix_cache}
-    if model_args.ranker == "loo":
-        options["log"] = lambda done, total: stage(f"loo: batch {done}/{total} scored")
-    if model_args.ranker == "gates":
+    if entry.logs_batches:
+        options["log"] = lambda done, total: stage(f"{entry.name}: batch {done}/{total} scored")
+    if entry.steps:
         steps = model_args.ranker_steps or (training_args.max_steps if training_args.max_steps > 0 else math.ceil(
             training_args.num_train_epochs * len(batches)))
-        options.update(steps=steps, learning_rate=model_args.lambda_learning_rate or 0.02, l1=model_args.gates_l1,
+        options.update(steps=steps, learning_rate=model_args.lambda_learning_rate, l1=model_args.gates_l1,
                        log=_gate_logger(steps))
     stage(f"ranking {len(units)} {'K/V groups' if len(units) < sum(len(u) for u in units) else 'heads'} with "
           f"{model_args.ranker} on {objective.num_examples} training examples ({model_args.ranker_loss} loss)")
@@ -218,7 +220,7 @@ PART_FORMAT = "papa-ranker-part"
 
 def layer_part(units, part, parts):
     """The units of the `part`-th (1-based) of `parts` contiguous ranges of layers: a layer's units stay together,
-    so each forward of the part is the one a single process makes (papa.method.rankers.loo_scores groups a layer's
+    so each forward of the part is the one a single process makes (papa.method.scorers.loo_scores groups a layer's
     units), and the merged scores equal its to the bit."""
     layers = sorted({layer for unit in units for layer, _ in unit})
     chosen = {int(layer) for layer in np.array_split(np.array(layers), parts)[part - 1]}
@@ -236,7 +238,7 @@ def save_part(output_dir, units, scores, part, parts, digest):
 
 def merged_parts(folders, units, digest):
     """Scored, as loo ranks: the parts' scores, checked to be parts of this very ranking and to cover every unit
-    once, ordered by (score, unit) as papa.method.rankers.rank orders them."""
+    once, ordered by (score, unit) as papa.method.rankers orders loo's scores."""
     scores = {}
     for folder in folders:
         path = os.path.join(folder, PART_FILE)

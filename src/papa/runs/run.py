@@ -31,7 +31,7 @@ from ..data.glue import load_sequence_task
 from ..errors import PapaError
 from ..evaluation.scoring import check_lm_eval_run, score_probing_model
 from ..families import family_for
-from ..method.rankers import LAMBDA_ON_DECODER
+from ..method.rankers import LAMBDA_ON_DECODER, PAPER, RANKERS
 from ..io import atomic_files, atomic_path
 from ..data.lm import check_lm_flags, check_lm_run, lm_blocks, load_lm_texts
 from ..data.retrieval import check_retrieval_flags, filler_sentences, retrieval_datasets
@@ -304,10 +304,11 @@ def run_probing(task, model_args, data_args, training_args):
                         heads.mix_all_heads, data_args.max_seq_length if model_args.use_freeze_extract_pooler else None,
                         model_args.cache_dir, mean_outputs=heads.mean_outputs,
                         output_corrections=heads.output_corrections, structured=heads.structured)
-    ranker = model_args.ranker if heads.mix_all_heads else None
-    if ranker == "lambda" and family_for(config).causal:
+    ranker = RANKERS[model_args.ranker] if heads.mix_all_heads else None
+    if ranker is not None and ranker.name == PAPER and family_for(config).causal:
         stage(LAMBDA_ON_DECODER)
-    if ranker not in (None, "lambda"):  # the probe trains at k = 0 first, alone (papa.runs.ranking)
+    scores_alone = ranker is not None and not ranker.in_trainer  # the probe trains at k = 0 first (papa.runs.ranking)
+    if scores_alone:
         mode = "grad_for_classifier_only"
     logger.info("trainable parameters: %s", ", ".join(set_trainable(model, mode)))
     if training_args.do_train:
@@ -315,13 +316,13 @@ def run_probing(task, model_args, data_args, training_args):
     trainer = make_trainer(task, model, tokenizer, label_list, pad, data["train"], data["eval"], data_args,
                            training_args)
 
-    if training_args.do_train and ranker not in (None, "lambda"):
+    if training_args.do_train and scores_alone:
         scored = rank_heads(trainer, task, model_args, training_args,
                             lambda: train_and_save(trainer, tokenizer, None, training_args, checkpoint))
         if scored is None:  # one part of a ranking (--ranker_part): the merge ranks and evaluates
             return trainer
     elif training_args.do_train:
-        if ranker == "lambda":
+        if ranker is not None:  # λ: trained with the probe
             prepare_lambda_training(trainer, model_args)
             if model_args.ranker_max_samples is not None:  # λ trains on the ranking data alone
                 trainer.train_dataset = ranking_subset(data["train"], model_args.ranker_max_samples,

@@ -5,7 +5,7 @@ know are passed through to the training runs."""
 from dataclasses import dataclass, field
 
 from ..data.retrieval import FILLERS
-from ..method.rankers import RANKERS
+from ..method.rankers import RANKERS, without_distill_signal
 from ..runs.arguments import SWEEP_CONTROLS, parse_dataclasses
 from ..errors import PapaError, check_positive, check_seed, check_writable_folder
 from ..models.bundled import check_model_path
@@ -44,7 +44,7 @@ class SweepArguments:
                                            "(per head the one of constant, mean_output and mean_corrected that "
                                            "loses least alone on the ranking data: sort/best_of.csv)."})
     ranker: list[str] | None = field(default=None, metadata={
-        "nargs": "+", "choices": RANKERS, "help": "How the heads are ranked (papa.method.rankers; run_papa_glue.py "
+        "nargs": "+", "choices": tuple(RANKERS), "help": "How the heads are ranked (papa.method.rankers; run_papa_glue.py "
         "--ranker): lambda (the original's trained mixing weights), gates, taylor, loo, iterative, "
         "iterative_taylor. Default: lambda on an encoder (the paper's), taylor on a decoder (λ ranks a decoder's "
         "heads worse than random orders: docs/rankers.md). Several rank side by side: the first ranks PAPA's runs "
@@ -211,10 +211,11 @@ class SweepArguments:
                             "--ranker_max_samples N, or drop --ranker_sample")
         check_positive(self.ranker_steps, "--ranker_steps")
         check_positive(self.ranker_parts, "--ranker_parts")
-        if self.ranker_parts and "loo" not in (self.ranker or ()):
-            raise PapaError("--ranker_parts splits loo's heads into parts: add --ranker loo, or drop it")
+        if self.ranker_parts and not any(RANKERS[r].parts for r in self.ranker or ()):
+            raise PapaError("--ranker_parts splits a ranker's heads into parts: add --ranker "
+                            f"{' or '.join(n for n, r in RANKERS.items() if r.parts)}, or drop it")
         check_positive(self.lambda_learning_rate, "--lambda_learning_rate")
-        bad = [r for r in self.ranker or () if r in ("taylor", "iterative_taylor")]
+        bad = without_distill_signal(self.ranker or ())
         if self.ranker_loss == "distill" and bad:
             raise PapaError(f"--ranker_loss distill has no signal for {', '.join(bad)} (taylor's gradient of "
                             "distillation is 0 at the stock model): rank with loo, iterative or gates, or drop "

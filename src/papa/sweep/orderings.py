@@ -21,6 +21,7 @@ import os
 import numpy as np
 
 from ..errors import PapaError
+from ..method.rankers import PAPER, RANKERS
 from ..io import load_json_object
 from .controls import is_random_order
 from .intervals import change_text, percentile_interval
@@ -47,12 +48,13 @@ def ranker_flags(args, rankers):
     """{ranker: its ranking runs' flags beyond --sort_calculating True}, for each of the resolved `rankers`."""
     flags = {}
     for ranker in rankers:
-        own = [] if ranker == "lambda" else ["--ranker", ranker, "--ranker_loss", args.ranker_loss]
-        if args.ranker_max_samples is not None and ranker != "lambda":  # λ trains on the training data, as before
+        entry = RANKERS[ranker]
+        own = [] if ranker == PAPER else ["--ranker", ranker, "--ranker_loss", args.ranker_loss]  # λ: the scripts' default
+        if args.ranker_max_samples is not None and not entry.in_trainer:  # λ trains on the training data, as before
             own += ["--ranker_max_samples", str(args.ranker_max_samples)]
             if args.ranker_sample != "first":
                 own += ["--ranker_sample", args.ranker_sample]
-        if args.ranker_steps is not None and ranker == "gates":
+        if args.ranker_steps is not None and entry.steps:
             own += ["--ranker_steps", str(args.ranker_steps)]
         if args.rank_kv_groups:
             own += ["--rank_kv_groups", "true"]
@@ -60,26 +62,22 @@ def ranker_flags(args, rankers):
             own += ["--head_replacements", "true"]
         if "best_of" in (args.controls or ()) and ranker == rankers[0]:  # its choice, for the best_of runs
             own += ["--best_of", "true"]
-        if args.lambda_learning_rate is not None and ranker in ("lambda", "gates"):
+        if args.lambda_learning_rate is not None and entry.learning_rate:
             own += ["--lambda_learning_rate", repr(args.lambda_learning_rate)]
         flags[ranker] = own
     return flags
 
 
-def describe(ranker, epochs, gates_training):
-    """A ranking stage's words in the sweep's progress lines (`gates_training`: --ranker_steps' steps, or the epochs)."""
-    return {"lambda": f"λ mixing run, {epochs}", "gates": f"gates trained for {gates_training}", "taylor": "taylor, one pass",
-            "loo": "loo: each head constant alone", "iterative": "iterative loo, ten rounds",
-            "iterative_taylor": "iterative taylor, ten rounds", "retrieval": "retrieval-head score, one pass"}[ranker]
+def describe(ranker, epochs, steps):
+    """A ranking stage's words in the sweep's progress lines (`steps`: --ranker_steps' steps, or the epochs)."""
+    return RANKERS[ranker].words.format(epochs=epochs, steps=steps)
 
 
 def ranking_outputs(ranker, flags=()):
     """The files a ranking stage must leave (`flags`: its own, `ranker_flags`)."""
     extra = ["head_replacements.csv"] if "--head_replacements" in flags else []
     extra += ["best_of.csv"] if "--best_of" in flags else []
-    if ranker == "lambda":
-        return ["lambdas.npy", "sorted_heads.json", "eval_results.json", *extra]
-    return ["sorted_heads.json", "head_scores.csv", "eval_results.json", *extra]
+    return ["sorted_heads.json", *RANKERS[ranker].outputs, "eval_results.json", *extra]
 
 
 def ranker_change_columns(plan, metric):

@@ -6,7 +6,7 @@ import os
 from dataclasses import dataclass
 
 from ..errors import PapaError, first_line
-from ..method.rankers import default_rankers
+from ..method.rankers import PAPER, default_rankers
 from ..models.modeling import default_model_path, local_model_path
 from . import orderings
 from .defaults import default_static_heads_nums, task_defaults
@@ -35,7 +35,7 @@ class Plan:
     seeds: tuple | None = None  # --seeds: a probing run per seed, in <run>_seed_<s>/; None: today's layout
     rank_per_seed: bool = False  # a ranking run per seed (sort_seed_<s>/) instead of one with the first seed
     bootstrap_samples: int = 1000
-    rankers: tuple = ("lambda",)  # --ranker, else default_rankers: the first ranks PAPA's runs (sort/), the others are orderings
+    rankers: tuple = (PAPER,)  # --ranker, else default_rankers: the first ranks PAPA's runs (sort/), the others are orderings
     causal: bool = False  # a decoder
     unit_size: int = 1  # heads per ranked unit: a K/V group's query heads with --rank_kv_groups (random orders too)
     ranker_flags: tuple = ()  # ((ranker, flags of its ranking runs beyond --sort_calculating), ...)

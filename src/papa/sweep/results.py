@@ -22,6 +22,7 @@ import math
 import os
 from dataclasses import dataclass, field
 
+from ..method.rankers import RANKERS
 from ..errors import PapaError
 from ..io import load_json_object, save_text
 from .aggregate import add_intervals, merge_seeds, per_seed_rows
@@ -341,7 +342,7 @@ def write_results(plan, model_name, stages=()):
     plots.plot_results([r["k"] for r in rows], [r.get(main) for r in rows], main[len("eval_"):], total_heads,
                        title, os.path.join(output_dir, "results.png"), chance=task.chance, controls=lines,
                        bands=bands, lower_is_better=task.direction(main) < 0)
-    if plan.rankers[0] == "lambda":
+    if RANKERS[plan.rankers[0]].in_trainer:  # λ: its lambdas.npy
         plots.plot_lambdas([os.path.join(plan.ranking_folder(s), "lambdas.npy") for s in plan.ranking_seeds],
                            os.path.join(output_dir, "lambdas.png"), f"Ranking run λ: {model_name} on {task.name}")
     if plan.controls:

@@ -31,7 +31,7 @@ from ..data.tasks import KINDS
 from ..data.tokenized_cache import CACHE_ENV
 from . import controls, orderings
 from .child import start_fork_server
-from ..method.rankers import LAMBDA_ON_DECODER
+from ..method.rankers import LAMBDA_ON_DECODER, PAPER, RANKERS
 from .defaults import (averaging_flags, check_data_source, check_passthrough, check_structured_controls,
                        constants_file, retrieval_flags, structured_flags)
 from .plan import make_plan, model_display_name
@@ -127,7 +127,7 @@ def make_stages(plan, args, passthrough, training_flags=None):
                                   if {"--head_replacements", "--best_of"} & set(own) else [])
             epochs = _count(plan.sort_num_train_epochs, "epoch")
             ranking = orderings.describe(ranker, epochs, _count(args.ranker_steps, "step") if args.ranker_steps else epochs)
-            parts = args.ranker_parts if ranker == "loo" else None
+            parts = args.ranker_parts if RANKERS[ranker].parts else None
             for part in range(1, (parts or 0) + 1):  # loo in parts, each a stage; the ranking stage merges them
                 part_dir = f"{sort_dir}_part_{part}"
                 stages.append(Stage(os.path.basename(part_dir), f"ranking heads ({ranking}, part {part} of {parts}"
@@ -247,7 +247,7 @@ def begin_sweep(prepared):
     print(f"[sweep] PAPA sweep: {model_name}, {plan.layers} layers x {plan.heads_per_layer} heads = "
           f"{plan.total_heads}; task {plan.task.name}; ranked by {' '.join(plan.rankers)}; "
           f"k = {' '.join(map(str, plan.ks))}{shown}; output in {plan.output_dir}", flush=True)
-    if plan.causal and "lambda" in plan.rankers:
+    if plan.causal and PAPER in plan.rankers:
         print(f"[sweep] {LAMBDA_ON_DECODER}", flush=True)
     save_sweep_json(plan, args, prepared.passthrough)
     controls.write_artifacts(plan.output_dir, plan.controls, plan.layers, plan.heads_per_layer, plan.max_seq_length,
