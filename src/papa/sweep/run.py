@@ -94,7 +94,7 @@ def make_stages(plan, args, passthrough, training_flags=None):
                 *([] if lm else ["--use_papa_preprocess", "--use_freeze_extract_pooler",
                                  "true" if args.probe == "freeze_extract" else "false"]),
                 "--static_heads_dir", static_dir, "--save_total_limit", "0", "--seed", str(seed),
-                *limits, *every_stage, *mode, *passthrough]
+                *limits, *mode, *every_stage, *passthrough]
 
     avgs_pt = os.path.join(avgs_dir, plan.constants_file)
     lm_eval = lm_eval_flags(plan, getattr(args, "lm_eval_data_dir", None) or args.data_dir)
