@@ -204,7 +204,7 @@ def main():
     parser.add_argument("--constants", default=None, help="--replacement toeplitz: structured_constants.pt's folder")
     parser.add_argument("--sinks", type=int, default=4, help="sink_window's s")
     parser.add_argument("--window", type=int, default=64, help="sink_window's w")
-    parser.add_argument("--rounds", type=int, default=3, help="interleaved timing rounds")
+    parser.add_argument("--rounds", type=int, default=3, help="interleaved timing rounds (0: memory only)")
     parser.add_argument("--threads", type=int, default=2, help="torch threads")
     parser.add_argument("--out", default=None, help="write the markdown report here")
     parser.add_argument("--data_dir", default=None, help="the data root holding glue/QNLI (../shared/data): adds the "
@@ -230,7 +230,7 @@ def main():
         evaluations = evaluation_rows(args, work) if args.data_dir else []
     fractions = [0.0, *args.fractions]
     memory = {f: child_memory(args, f) for f in fractions}  # fresh processes first: their peaks are their own
-    models = {f: build(args.model, args, f) for f in fractions}
+    models = {f: build(args.model, args, f) for f in fractions} if args.rounds else {0.0: build(args.model, args, 0)}
     ids = prompt_ids(AutoTokenizer.from_pretrained(local_model_path(args.model)), args.context)
     prefill_s = {f: [] for f in fractions}
     decode_s = {f: [] for f in fractions}
@@ -246,7 +246,10 @@ def main():
         return [s / t for s, t in zip(times[0.0], times[f])]
 
     def spread(values):
-        return f"{statistics.median(values):.2f} ({min(values):.2f}–{max(values):.2f})"
+        return f"{statistics.median(values):.2f} ({min(values):.2f}–{max(values):.2f})" if values else "–"
+
+    def median_of(values, scale=1.0):
+        return f"{scale * statistics.median(values):.2f}" if values else "–"
 
     config = models[0.0].config
     units = config.num_hidden_layers * config.num_key_value_heads
@@ -264,8 +267,8 @@ def main():
     for f in fractions:
         cache = memory[f]["cache_bytes"]
         lines.append(f"| {round(f * units)} of {units} | {cache / 1e6:.1f} | {cache / memory[0.0]['cache_bytes']:.3f} | "
-                     f"{memory[f]['peak_rss'] / 1e9:.2f} | {statistics.median(prefill_s[f]):.2f} | "
-                     f"{'–' if f == 0 else spread(ratios(prefill_s, f))} | {1000 * statistics.median(decode_s[f]):.1f} | "
+                     f"{memory[f]['peak_rss'] / 1e9:.2f} | {median_of(prefill_s[f])} | "
+                     f"{'–' if f == 0 else spread(ratios(prefill_s, f))} | {median_of(decode_s[f], 1000)} | "
                      f"{'–' if f == 0 else spread(ratios(decode_s, f))} |")
     lines += ["", f"Speed-ups: stock's time over the patched model's in the same round, {args.rounds} rounds "
                   "(interleaved, the order rotating); peak RSS and cache bytes from a fresh process per row.", ""]
