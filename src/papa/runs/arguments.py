@@ -18,7 +18,7 @@ from ..errors import PapaError, check_positive, check_seed, check_writable_folde
 from .command_line import RENAMED_FLAGS, json_to_argv, modernize_argv, parse_dataclasses  # noqa: F401  (public)
 from ..models.bundled import check_model_path
 from ..models.modeling import training_mode
-from ..data.retrieval import FILLERS
+from ..data.retrieval import DEPTHS_HELP, FILLER_HELP, FILLERS
 from ..method.rankers import PAPER, RANKERS, without_distill_signal
 
 # the sweep's control runs (papa.sweep.controls)
@@ -241,13 +241,8 @@ class DataArguments:
     return_entity_level_metrics: bool = field(
         default=False, metadata={"help": "Token tasks: also report precision/recall/f1 per entity type."}
     )
-    filler: str = field(default="fixed", metadata={
-        "choices": FILLERS, "help": "The retrieval tasks (passkey, passkey_multi): the text the key hides in: fixed "
-        "(the same few sentences repeated, as in the landmark-attention pass-key test), or qnli / mrpc (natural "
-        "sentences of GLUE's QNLI (Wikipedia) / MRPC (news) TSVs in --data_dir)."})
-    retrieval_depths: list[float] | None = field(default=None, metadata={
-        "help": "The retrieval tasks: the depths (fractions of the filler before the key, 0 to 1) the examples "
-                "cycle through, example i at the (i mod n)-th (default: 0 0.25 0.5 0.75 1).", "metavar": "D"})
+    filler: str = field(default="fixed", metadata={"choices": FILLERS, "help": FILLER_HELP})
+    retrieval_depths: list[float] | None = field(default=None, metadata={"help": DEPTHS_HELP, "metavar": "D"})
     lm_eval_tasks: list[str] | None = field(default=None, metadata={
         "help": "lm tasks: after --do_eval, also score the model with these lm-eval tasks (papa_sst2, papa_lm_qnli, "
                 "...: docs/lm_eval.md) into lm_eval_results.json. Needs lm-eval (pip install -e '.[lm-eval]')."})

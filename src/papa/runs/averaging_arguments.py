@@ -4,7 +4,7 @@ the original's run_glue_no_trainer-style script, parsed as every command's are (
 from dataclasses import dataclass, field
 from typing import Literal
 
-from ..data.retrieval import FILLERS
+from ..data.retrieval import DEPTHS_HELP, FILLER_HELP, FILLERS
 from ..errors import PapaError, check_positive, check_seed, check_writable_folder
 from .arguments import (COLUMN_HELP, DATASET_HELP, ORIGINAL_TYPES_HELP, REVISION_HELP, TASK_HELP, TOKEN_HELP,
                         TRAIN_FILE_HELP, USE_AUTH_TOKEN_HELP, check_model_paths)
@@ -71,11 +71,8 @@ class AveragingArguments:
         "help": "--constants toeplitz / sink_window: the first positions that are the sink (default 1 / 4)."})
     window: int | None = field(default=None, metadata={
         "help": "--constants sink_window: the recent positions each token attends to, itself included (default 64)."})
-    filler: str = field(default="fixed", metadata={
-        "choices": FILLERS, "help": "The retrieval tasks: the filler text (as the training scripts' --filler)."})
-    retrieval_depths: list[float] | None = field(default=None, metadata={
-        "help": "The retrieval tasks: the depths the examples cycle through (as the training scripts').",
-        "metavar": "D"})
+    filler: str = field(default="fixed", metadata={"choices": FILLERS, "help": FILLER_HELP})
+    retrieval_depths: list[float] | None = field(default=None, metadata={"help": DEPTHS_HELP, "metavar": "D"})
     mixed_precision: str = field(default="no", metadata={
         "help": "Run the forward under autocast in fp16 or bf16 (as the original's accelerate --mixed_precision); "
                 "the sums are still accumulated in float64. One of: no, fp16, bf16."})

@@ -4,7 +4,7 @@ know are passed through to the training runs."""
 
 from dataclasses import dataclass, field
 
-from ..data.retrieval import FILLERS
+from ..data.retrieval import DEPTHS_HELP, FILLER_HELP, FILLERS
 from ..method.rankers import RANKERS, without_distill_signal
 from ..runs.arguments import SWEEP_CONTROLS, parse_dataclasses
 from ..errors import PapaError, check_positive, check_seed, check_writable_folder
@@ -87,13 +87,8 @@ class SweepArguments:
         "help": "--constants toeplitz / sink_window: the first positions that are the sink (default 1 / 4)."})
     window: int | None = field(default=None, metadata={
         "help": "--constants sink_window: the recent positions each token attends to, itself included (default 64)."})
-    filler: str = field(default="fixed", metadata={
-        "choices": FILLERS, "help": "The retrieval tasks (passkey, passkey_multi): the text the key hides in: fixed "
-        "(the same few sentences repeated), or qnli / mrpc (GLUE's QNLI (Wikipedia) / MRPC (news) sentences in "
-        "--data_dir)."})
-    retrieval_depths: list[float] | None = field(default=None, metadata={
-        "help": "The retrieval tasks: the depths (fractions of the filler before the key, 0 to 1) the examples "
-                "cycle through (default: 0 0.25 0.5 0.75 1).", "metavar": "D"})
+    filler: str = field(default="fixed", metadata={"choices": FILLERS, "help": FILLER_HELP})
+    retrieval_depths: list[float] | None = field(default=None, metadata={"help": DEPTHS_HELP, "metavar": "D"})
     train_file: str | None = field(default=None, metadata={"help": "Training file, passed to every stage."})
     validation_file: str | None = field(default=None, metadata={"help": "Validation file, passed to the training runs."})
     output_dir: str | None = field(default=None, metadata={
