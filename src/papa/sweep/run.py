@@ -29,13 +29,14 @@ from ..errors import PapaError
 from ..io import save_json
 from ..data.tasks import KINDS
 from ..data.tokenized_cache import CACHE_ENV
-from . import controls, orderings
+from . import controls
+from ..reporting import orderings
 from .child import start_fork_server
 from ..method.rankers import LAMBDA_ON_DECODER
 from .defaults import averaging_flags, check_data_source, check_passthrough, check_structured_controls, constants_file
 from .plan import make_plan, model_display_name
 from .launchers import check_launcher, make_launcher, run_scheduled, sweep_tasks
-from .results import RESULTS_FILES, remove_results, write_results
+from ..reporting.results import RESULTS_FILES, remove_results, write_results
 from .stages import Stage, human, removed_unless_finished, run_stage
 
 

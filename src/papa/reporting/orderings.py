@@ -6,7 +6,7 @@ orders `random_order_<i>` for i = 2..N (random_order_<i>/). Orderings share PAPA
 (the same set of heads). Every ranker r gets, per k, its paired difference from each random order c and from their
 mean (both changes against the same k = 0 run; > 0: the random orders do better than r):
 
-    diff_<c>_eval_<m>                       c − PAPA's ranker (papa.sweep.differences, as every control)
+    diff_<c>_eval_<m>                       c − PAPA's ranker (papa.reporting.differences, as every control)
     diff_<c>_vs_ranker_<r>_eval_<m>         c − ranker r (the other rankers)
     diff_random_mean_vs_<r>_eval_<m>        the random orders' mean change − ranker r's (every ranker, PAPA's too)
 
@@ -22,9 +22,9 @@ import numpy as np
 
 from ..errors import PapaError
 from ..io import load_json_object
-from .controls import is_random_order
+from ..sweep.controls import is_random_order
 from .intervals import change_text, percentile_interval
-from .stages import STAMP
+from ..sweep.stages import STAMP
 
 
 def random_order_names(count):
