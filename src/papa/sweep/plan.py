@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from ..errors import PapaError, first_line
 from ..method.rankers import default_rankers
 from ..models.modeling import default_model_path, local_model_path
-from ..reporting import orderings
+from . import orderings
 from .defaults import default_static_heads_nums, task_defaults
 
 

@@ -29,8 +29,7 @@ from ..errors import PapaError
 from ..io import save_json
 from ..data.tasks import KINDS
 from ..data.tokenized_cache import CACHE_ENV
-from . import controls
-from ..reporting import orderings
+from . import controls, orderings
 from .child import start_fork_server
 from ..method.rankers import LAMBDA_ON_DECODER
 from .defaults import averaging_flags, check_data_source, check_passthrough, check_structured_controls, constants_file
