@@ -44,8 +44,9 @@ TINY = dict(vocab_size=60, hidden_size=16, num_hidden_layers=2, num_attention_he
 
 # pytest -n auto (pytest.ini) hands whole files to the workers in collection order: the longest first, so
 # that the workers finish together instead of one waiting on the last long file
-LONGEST_FIRST = ["test_scripts.py", "test_launchers.py", "test_families_e2e.py", "test_decoders_e2e.py", "test_scripts_ner.py", "test_grid.py", "test_sweep.py",
-                 "test_wheel.py", "test_synthetic.py", "test_cli_runs.py", "test_controls.py", "test_benchmark.py",
+LONGEST_FIRST = ["test_scripts.py", "test_launchers.py", "test_families_e2e.py", "test_decoders_e2e.py",
+                 "test_scripts_ner.py", "test_grid.py", "test_sweep.py", "test_wheel.py", "test_synthetic.py",
+                 "test_bundled_decoders.py", "test_cli_runs.py", "test_controls.py", "test_benchmark.py",
                  "test_averaging.py"]
 
 

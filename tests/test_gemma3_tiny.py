@@ -1,6 +1,6 @@
 """Gemma-3-270M's attention design in miniature, against stock transformers and an independent numpy computation.
 
-A tiny random Gemma3 text model laid out as the bundled Gemma-3-270M is (tests/test_gemma3.py has the real
+A tiny random Gemma3 text model laid out as the bundled Gemma-3-270M is (tests/test_bundled_decoders.py has the real
 weights): 6 layers, 5 sliding-window layers then one global layer (the config's default pattern), 4 query heads on
 a single K/V head (one group: its keys go only when all four heads are constant), per-head (1 + w) RMS norms on Q
 and K, query_pre_attn_scalar ≠ head_dim, rotary with base 10 000 in the sliding layers and 10⁶ in the global one.

@@ -1,6 +1,6 @@
 """GGUF files as --model_name_or_path (papa.models.gguf, papa.models.bundled): bad files are one clear error and leave nothing in
 the cache; a file is converted once, keyed by its content. Small GGUF files are written here with the `gguf`
-package's writer; the real model's conversion is checked in tests/test_smollm2.py."""
+package's writer; the real models' conversion is checked in tests/test_bundled_decoders.py."""
 
 import os
 

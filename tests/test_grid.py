@@ -1,4 +1,4 @@
-"""Several models x tasks in one sweep (papa.sweep.grid), its summary (papa.sweep.summary) and the controls'
+"""Several models x tasks in one sweep (papa.sweep.grid), its summary (papa.reporting.summary) and the controls'
 rows in a sweep's results.
 
 The tables, means and figures are checked on hand-made eval_results; one end-to-end grid run (the
@@ -24,9 +24,9 @@ from papa.errors import PapaError
 from papa.sweep import run_grid
 from papa.sweep.grid import model_folder_name
 from papa.data.task_folders import resolve_data_dir
-from papa.sweep.results import Results, add_control_columns, build_results, controls_markdown, times_markdown
+from papa.reporting.results import Results, add_control_columns, build_results, controls_markdown, times_markdown
 from papa.sweep.run import prepare_sweep
-from papa.sweep.summary import (PairOutcome, half_k, standard_error, summary_markdown, summary_panels, summary_rows,
+from papa.reporting.summary import (PairOutcome, half_k, standard_error, summary_markdown, summary_panels, summary_rows,
                                 write_summary)
 from papa.data.tasks import get_task
 

@@ -156,6 +156,35 @@ def test_no_import_circle():
     assert import_circles(graph) == []
 
 
+RUNNING = ("papa.sweep.run", "papa.sweep.grid", "papa.sweep.launchers")  # the sweep's half that runs stages
+
+
+def reached(graph, start):
+    """Every module `start` imports, directly or through others."""
+    seen, todo = set(), [start]
+    while todo:
+        for imported in graph[todo.pop()] - seen:
+            seen.add(imported)
+            todo.append(imported)
+    return seen
+
+
+def test_reporting_runs_nothing():
+    """papa.reporting reads plans and folders: neither it nor anything it imports imports the sweep's running half;
+    and each of its modules imports first in a fresh process (papa.sweep's __init__ imports run and grid lazily)."""
+    known = dict(module_names())
+    graph = {name: imports(name, path, known) for name, path in known.items()}
+    reporting = sorted(name for name in known if name.startswith("papa.reporting."))
+    assert "papa.reporting.results" in reporting and "papa.reporting.results" in graph["papa.sweep.run"]
+    running = {name: sorted(m for m in reached(graph, name) if m.startswith(RUNNING)) for name in reporting}
+    assert not any(running.values()), running
+    probe = (f"import importlib, sys\nfor name in {reporting!r}:\n"
+             "    for loaded in [m for m in sys.modules if m.startswith('papa')]:\n        del sys.modules[loaded]\n"
+             "    importlib.import_module(name)\n"
+             f"    assert not [m for m in sys.modules if m.startswith({RUNNING!r})], name\n")
+    subprocess.run([sys.executable, "-c", probe], check=True)
+
+
 def test_import_circles_are_found():
     assert import_circles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c", "a"]]
     assert import_circles({"a": {"b"}, "b": set()}) == []

@@ -1,4 +1,4 @@
-"""The paired bootstrap over seeds and examples (papa.sweep.intervals) against independent computations: a loop over the
+"""The paired bootstrap over seeds and examples (papa.reporting.intervals) against independent computations: a loop over the
 same draws scoring each resample with sklearn / scipy / seqeval, an exactly enumerated tiny case, hand-checkable
 extremes, and the interval shrinking as the evaluation set grows."""
 
@@ -12,8 +12,8 @@ from seqeval.metrics import f1_score as entity_f1
 from sklearn.metrics import f1_score, matthews_corrcoef
 
 from papa.errors import PapaError
-from papa.sweep import intervals
-from papa.sweep.intervals import (BOOTSTRAP_SEED, draws, paired_bootstrap, percentile_interval, resampled_metric)
+from papa.reporting import intervals
+from papa.reporting.intervals import (BOOTSTRAP_SEED, draws, paired_bootstrap, percentile_interval, resampled_metric)
 from papa.data.tasks import get_task
 
 TAGS = ["O", "B-PER", "I-PER", "B-LOC", "I-LOC"]

@@ -185,7 +185,7 @@ def test_the_default_ranker_is_taylor_on_a_decoder_and_lambda_on_an_encoder(lm_f
 
 def test_relative_changes_are_changes_in_performance():
     """Perplexity 10 → 12 is −20% (worse), 10 → 8 is +20%; accuracy 0.8 → 0.6 is −25%, as before."""
-    from papa.sweep.results import add_control_columns, build_results, metric_band, results_markdown
+    from papa.reporting.results import add_control_columns, build_results, metric_band, results_markdown
 
     columns, rows = build_results({0: {"eval_perplexity": 10.0}, 4: {"eval_perplexity": 12.0},
                                    8: {"eval_perplexity": 8.0}}, LM, 8)
@@ -219,10 +219,10 @@ def test_bootstrap_of_perplexity_from_the_blocks(tmp_path):
     whole interval is below 0, in results.csv and in the grid's summary."""
     import csv
 
-    from papa.sweep.intervals import resampled_metric
-    from papa.sweep.results import write_results
+    from papa.reporting.intervals import resampled_metric
+    from papa.reporting.results import write_results
     from papa.sweep.plan import Plan
-    from papa.sweep.summary import PairOutcome, summary_markdown
+    from papa.reporting.summary import PairOutcome, summary_markdown
 
     rng = np.random.default_rng(0)
     tokens = rng.integers(5, 12, 40)
@@ -255,7 +255,7 @@ def test_bootstrap_of_perplexity_from_the_blocks(tmp_path):
 
 def test_runs_on_other_text_of_the_same_length_are_not_paired(tmp_path):
     """Every lm block predicts T − 1 tokens, so token counts cannot tell two texts apart: the block digests do."""
-    from papa.sweep.intervals import PredictionStore, change_distribution
+    from papa.reporting.intervals import PredictionStore, change_distribution
 
     nll, tokens = np.full(4, 20.0), np.full(4, T - 1)
     fake_lm_run(tmp_path / "k_0", nll, tokens, blocks=[block_digest([i] * T) for i in range(4)])

@@ -1,6 +1,6 @@
-"""Several rankers and random orders in the sweep (papa.sweep.orderings): stages and folders, flags, the
-differences of each ranker from each random order and from their mean (against a brute-force bootstrap of the
-same draws), the claims' third row, and one end-to-end sweep on a tiny decoder."""
+"""Several rankers and random orders in the sweep: their stages, folders and flags (papa.sweep.orderings), the
+differences of each ranker from each random order and from their mean (papa.reporting.orderings, against a
+brute-force bootstrap of the same draws), the claims' third row, and one end-to-end sweep on a tiny decoder."""
 
 import csv
 import json
@@ -12,7 +12,7 @@ from test_controls import flag, plan_and_stages
 from papa.errors import PapaError
 from papa.sweep.arguments import parse_sweep_args
 from papa.sweep.controls import random_order
-from papa.sweep.orderings import add_ordering_differences, best_ranker
+from papa.reporting.orderings import add_ordering_differences, best_ranker
 
 
 def test_rankers_and_random_orders_lay_out_their_stages(tmp_path):
@@ -123,7 +123,7 @@ def test_a_sweep_with_rankers_and_random_orders(tmp_path):
 def test_a_grid_summary_names_the_orderings():
     from test_grid import outcome
 
-    from papa.sweep.summary import summary_markdown, summary_rows
+    from papa.reporting.summary import summary_markdown, summary_rows
 
     o = outcome("sst2", {"PAPA": {0: 0.8, 36: 0.78, 72: 0.6}, "ranker_taylor": {0: 0.8, 36: 0.79, 72: 0.6},
                          "random_order_2": {0: 0.8, 36: 0.7, 72: 0.6}}, controls=("ranker_taylor", "random_order_2"))

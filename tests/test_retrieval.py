@@ -17,7 +17,7 @@ from papa.data.tasks import get_task
 from papa.errors import PapaError
 from papa.models.lm_head import example_losses, example_scores, final_hidden, output_logits
 from papa.runs.metrics import compute_lm_metrics
-from papa.sweep.intervals import resampled_metric
+from papa.reporting.intervals import resampled_metric
 
 
 @pytest.fixture(scope="module")

@@ -121,7 +121,7 @@ def test_results_of_several_seeds(tmp_path):
 
     import numpy as np
 
-    from papa.sweep.results import write_results
+    from papa.reporting.results import write_results
 
     plan, made = fake_sweep(tmp_path, [1, 2, 3], controls=("uniform",), rank_per_seed=True)
     results = write_results(plan, "m")
@@ -172,7 +172,7 @@ def test_one_seed_without_predictions_still_writes_its_results(tmp_path):
     """Runs made before eval_predictions.jsonl existed: the values and changes as before, no intervals, a note."""
     import csv
 
-    from papa.sweep.results import write_results
+    from papa.reporting.results import write_results
 
     plan, made = fake_sweep(tmp_path, None, predictions=False)
     write_results(plan, "m")
@@ -187,8 +187,8 @@ def test_grid_summary_columns_and_headline_from_seeded_sweeps(tmp_path):
 
     import numpy as np
 
-    from papa.sweep.results import write_results
-    from papa.sweep.summary import PairOutcome, summary_markdown, write_summary
+    from papa.reporting.results import write_results
+    from papa.reporting.summary import PairOutcome, summary_markdown, write_summary
 
     outcomes = []
     for task_name in ("sst2", "qnli"):
@@ -273,7 +273,7 @@ def test_an_added_seed_runs_only_its_stages(tiny_sweep, tmp_path):
 
 
 def test_metric_band_puts_the_interval_on_the_metric_axis():
-    from papa.sweep.results import change_text, metric_band
+    from papa.reporting.results import change_text, metric_band
 
     rows = [{"k": 0, "eval_matthews_correlation": -0.5, "rel_change_eval_matthews_correlation_ci_low": 0.0,
              "rel_change_eval_matthews_correlation_ci_high": 0.0},

@@ -19,13 +19,13 @@ import pytest
 import torch
 from conftest import TINY_SWEEP, run_command, script
 
-from papa.sweep import plots
+from papa.reporting import plots
 from papa.sweep.arguments import parse_sweep_args
 from papa.errors import PapaError
 from papa.sweep import run_sweep
 from papa.sweep.child import StageLine, is_terminal, run_logged
 from papa.sweep.defaults import default_static_heads_nums
-from papa.sweep.results import build_results, chance_warning, results_csv, results_markdown
+from papa.reporting.results import build_results, chance_warning, results_csv, results_markdown
 from papa.data.tasks import get_task
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"

@@ -1,6 +1,6 @@
 """A run made outside a sweep (best_of from its own choice, optimal_output with a longer training) against the
 sweep's runs at the same k (findings/smollm2_best_of/README.md): perplexity, change vs k = 0, and the paired
-differences, with the sweep's own bootstrap (papa.sweep.intervals: 1000 resamples of the held-out blocks, and of
+differences, with the sweep's own bootstrap (papa.reporting.intervals: 1000 resamples of the held-out blocks, and of
 the seeds with --seeds, the same draws for every run).
 
     python findings/smollm2_best_of/compare_runs.py SWEEP_DIR RUN_PATTERN [--label NAME] [--ks 135 270]
@@ -15,7 +15,7 @@ import json
 import os
 
 from papa.data.tasks import get_task
-from papa.sweep.intervals import PredictionStore, change_distribution, percentile_interval
+from papa.reporting.intervals import PredictionStore, change_distribution, percentile_interval
 
 SWEEP_RUNS = {"PAPA": "k_{k}", "mean_output": "mean_k_{k}", "mean_corrected": "corrected_k_{k}",
               "optimal_output": "optimal_k_{k}"}

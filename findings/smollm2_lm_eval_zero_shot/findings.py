@@ -34,7 +34,7 @@ def score(args, k):
     scored, into k_<k>/ itself, or into k_<k>/<their names>/ when k_<k>/ holds others already."""
     from papa.evaluation.harness import PapaLM
     from papa.evaluation.scoring import evaluate_tasks, write_scores
-    from papa.sweep.lm_eval_table import read_run
+    from papa.reporting.lm_eval_table import read_run
 
     folder = os.path.join(args.work_dir, f"k_{k}")
     runs = [read_run(f) for f in scored_folders(folder)]
@@ -77,7 +77,7 @@ def main(argv=None):
     args = parser.parse_args(argv)
 
     from papa.evaluation.sample_metrics import paired_change
-    from papa.sweep.intervals import change_text
+    from papa.reporting.intervals import change_text
     runs = {k: score(args, k) for k in args.ks}
     rows = []
     for task in args.tasks:

@@ -11,7 +11,7 @@ what is wrong with it and the fix, before any heavy work (docs/artifacts.md list
         heads of this model, none twice; sorted_heads.json's rows [layer, head] integer pairs, best_of.csv's every
         head once (papa.method.ranking, papa.method.best_of)
     lambdas.npy
-        a finite float [layers, heads] array, one λ per head its ranking ranks (papa.sweep.stability, .plots)
+        a finite float [layers, heads] array, one λ per head its ranking ranks (papa.reporting.stability, .plots)
 
 The original code's files (avgs.pt a float [L, H, T, T] tensor, sorted_heads.json a list of [layer, head] pairs,
 lambdas.npy a float [L, H] array) pass unchanged. Only this module's functions and papa.errors are imported here.

@@ -1,4 +1,4 @@
-"""`papa-compare RUN_A RUN_B`: the paired difference between two finished sweeps of one task (papa.sweep.compare)."""
+"""`papa-compare RUN_A RUN_B`: the paired difference between two finished sweeps of one task (papa.reporting.compare)."""
 
 import argparse
 
@@ -28,7 +28,7 @@ def parse(argv):
 
 def run(argv):
     from ..errors import check_positive
-    from ..sweep.compare import run_compare
+    from ..reporting.compare import run_compare
 
     args = parse(argv)
     check_positive(args.bootstrap_samples, "--bootstrap_samples")

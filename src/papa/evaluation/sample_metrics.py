@@ -5,7 +5,7 @@ lm-eval keeps, per document, what its aggregation reads: acc 0 or 1 (mean), mcc 
 pair (exp(−Σ log-likelihood / Σ words) ...), a loglikelihood task's perplexity the target's log-likelihood
 (exp(−mean)). `metric_value` aggregates them as lm-eval does, and
 `paired_change` resamples the documents two runs share, together, for the change against the reference run
-with a percentile interval: the same paired bootstrap as the sweep's own (papa.sweep.intervals).
+with a percentile interval: the same paired bootstrap as the sweep's own (papa.reporting.intervals).
 """
 
 import math
@@ -39,7 +39,7 @@ def metric_value(metric, values):
 
 
 def direction(metric):
-    """+1 where higher is better, −1 where lower is (papa.sweep.results.relative_change)."""
+    """+1 where higher is better, −1 where lower is (papa.reporting.results.relative_change)."""
     return -1 if metric in LOWER_IS_BETTER else 1
 
 

@@ -36,22 +36,9 @@ Three code paths compute the same thing:
 - the fast path never builds probabilities: dynamic heads go through the adapter's fused kernel
   (`scaled_dot_product_attention`), constant heads through `constant_attention_output`.
 
-Adapter hooks (all take the `Call` made by `papa_call` from the stock forward's arguments):
-    papa_call(*args, **kwargs) -> Call        parse the stock signature
-    papa_values(call) -> (B, T, H, d)          values of every head
-    papa_validity(call) -> (B, T) or None      1.0 for real tokens, from the mask
-    papa_scores(call) -> (B, D, T, T)          masked attention logits of the dynamic heads
-    papa_dynamic_context(call, v) -> (B, T, D, d)   the dynamic heads' output (fast path)
-    papa_return(call, context, probs)          what the stock forward returns
-    papa_prune(dynamic_heads)                  drop the projections replaced heads no longer need
-    papa_value_rows() -> [(owner, name, offset[, dim])]   where the H·d value rows live (parameters permuted
-                                               by `papa_head_order`: row offset + h·d + [0, d) of head h, along
-                                               `dim`, 0 unless given; [] when values are gathered per call)
-    papa_band(seq_len) -> (T, T) or None       where a constant head may attend (sliding windows, causal band)
-    generation with a key/value cache (papa/families/generation.py; decoders that put the cache in
-    `call.extra["cache"]`): papa_unit_values(call) -> (B, T, U, d), papa_value_units (H,), papa_rotated(call),
-    papa_cached_dynamic(call, q, k, v, mask), papa_window
-    papa_dropout_p                             attention-probability dropout
+Adapter hooks: what this forward asks of the family adapter (`papa_call` parses the stock forward's arguments into
+a `Call`, which the other hooks read) is declared, one hook and one docstring each, in papa/families/contract.py:
+`FamilyAdapter` (every family), `DecoderAdapter` (a decoder's generation with a key/value cache besides).
 """
 
 from dataclasses import dataclass, field

@@ -8,7 +8,7 @@ of tag names over the scored words (what seqeval scores); for the lm task `{"ind
 tokens, so perplexity = exp(Σ nll_sum / Σ tokens), and a digest of its token ids, so two runs can be checked to
 have read the same text). The run's metrics follow from the file alone
 (`metrics_from_predictions`), exactly as in eval_results.json; the sweep's bootstrap intervals
-(papa.sweep.intervals) resample these examples.
+(papa.reporting.intervals) resample these examples.
 """
 
 import hashlib

@@ -6,21 +6,27 @@
     child.py     a stage's process: log.txt, its progress line, the tail of a failure
     controls.py  the control runs beside PAPA's: uniform, random_order, mean_output, zero_output, first_token,
                  trained_constant
-    results.py   eval_results.json of every k → results.csv, results.md, the figures
-    intervals.py, aggregate.py   the paired bootstrap; the seeds' tables merged with their intervals
-    orderings.py several rankers and random orders: each ranker against each order and their mean
-    differences.py  each control's paired difference from PAPA;  claims.py  the paper's claims as a table
-    stability.py the rankings' agreement between seeds and between tasks (ranking_stability.csv)
-    compare.py   papa-compare: the paired difference between two finished sweeps
+    orderings.py several rankers and random orders: their controls, the ranking stages' flags and files
+    plan.py      a sweep's settings resolved: model, task, ks, controls, rankers, folders (Plan)
     run.py       run_sweep: settings → stages → results
     grid.py      run_grid: every model x task, each a sweep in its own folder, then the summary
-    summary.py   the grid's summary.csv, summary.md, summary.png
     launchers/   --launcher local (stages side by side) and slurm (a Slurm job per stage): docs/scale_out.md
+
+What the runs found (results.md, summary.md, the intervals, the figures, papa-compare) is papa.reporting's.
 
 Entry points: `papa-sweep` (papa.cli.sweep, papa_scripts/run_papa_sweep.py), `papa-compare` (papa.cli.compare).
 """
 
-from .grid import run_grid
-from .run import run_sweep
-
 __all__ = ["run_grid", "run_sweep"]
+
+
+def __getattr__(name):
+    """run_grid and run_sweep, imported on first use: papa.reporting reads the folders' layout
+    (papa.sweep.controls, stages) without importing the running half, which imports papa.reporting."""
+    if name == "run_grid":
+        from .grid import run_grid
+        return run_grid
+    if name == "run_sweep":
+        from .run import run_sweep
+        return run_sweep
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -1,7 +1,7 @@
 """Several models x tasks in one run: a sweep per pair, each in its own resumable folder, then a summary.
 
     <output_dir>/<model>/<task>/                  one complete sweep (papa.sweep.run), as a single run makes it
-    <output_dir>/summary.csv, summary.md, summary.png   papa.sweep.summary
+    <output_dir>/summary.csv, summary.md, summary.png   papa.reporting.summary
 
 One model and one task is a plain sweep, as before the grid existed. With several, every pair is
 checked and laid out before the first stage runs (task names, model configs, data folders, flags),
@@ -25,7 +25,7 @@ from ..data.task_folders import resolve_data_dir
 from .launchers import check_launcher, make_launcher, run_scheduled, sweep_tasks
 from .run import begin_sweep, execute_sweep, finish_sweep, model_display_name, prepare_sweep, run_sweep
 from .stages import RunFailed, human, removed_unless_finished
-from .summary import PairOutcome, write_summary
+from ..reporting.summary import PairOutcome, write_summary
 
 def model_folder_name(model_name_or_path):
     """A pair folder's model part: the bundled MiniLM's name, a folder's name, or a hub name's last part."""

@@ -36,7 +36,7 @@ from .defaults import (averaging_flags, check_data_source, check_passthrough, ch
                        constants_file, retrieval_flags, structured_flags)
 from .plan import make_plan, model_display_name
 from .launchers import check_launcher, make_launcher, run_scheduled, sweep_tasks
-from .results import RESULTS_FILES, remove_results, write_results
+from ..reporting.results import RESULTS_FILES, remove_results, write_results
 from .stages import Stage, human, removed_unless_finished, run_stage
 
 
@@ -259,7 +259,7 @@ def begin_sweep(prepared):
 
 
 def finish_sweep(prepared, start):
-    """After a sweep's stages: its results, printed and written; returns the papa.sweep.results.Results."""
+    """After a sweep's stages: its results, printed and written; returns the papa.reporting.results.Results."""
     plan = prepared.plan
     results = write_results(plan, prepared.model_name, prepared.stages)
     print("\n" + results.markdown, flush=True)
@@ -272,7 +272,7 @@ def finish_sweep(prepared, start):
 
 
 def execute_sweep(prepared, launcher=None):
-    """Run (or resume) a prepared sweep: its stages, then its results; returns the papa.sweep.results.Results.
+    """Run (or resume) a prepared sweep: its stages, then its results; returns the papa.reporting.results.Results.
 
     `launcher`: None runs the stages one at a time (inline); else a papa.sweep.launchers launcher."""
     plan = prepared.plan

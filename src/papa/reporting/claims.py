@@ -44,7 +44,7 @@ def below(low, high, line):
 def claims(rows, metric_key, total_heads, best=None):
     """[(claim, k, estimate, low, high, word)] for one sweep's merged rows (results.csv) and main metric. `best`:
     (ranker, column of the random orders' mean − that ranker) when a sweep has several rankers or random orders
-    (papa.sweep.orderings.best_ranker); the third claim then reads it."""
+    (papa.reporting.orderings.best_ranker); the third claim then reads it."""
     by_k = {row["k"]: row for row in rows}
     half, change, diff = half_k(total_heads), f"rel_change_{metric_key}", f"diff_random_order_{metric_key}"
     third = "the ranking beats a random order (random order − PAPA < 0 at ½)"

@@ -2,7 +2,7 @@
 
 Two sweeps (two models, two budgets, or PAPA against a control of the other) are compared at every fraction of
 constant heads both ran: A's change against its own k = 0 run minus B's against its own, with the 95% interval of
-the paired bootstrap. The pairing is the same as within a sweep (papa.sweep.differences): both runs' changes are
+the paired bootstrap. The pairing is the same as within a sweep (papa.reporting.differences): both runs' changes are
 bootstrapped with the task's seed over the same number of seeds and the same evaluation examples, so resample r
 draws the same seed positions and examples for A and for B, and what the two share (the examples' difficulty)
 cancels. Two runs evaluated on different examples cannot be paired, and say so.
@@ -15,7 +15,7 @@ import os
 from ..errors import PapaError
 from ..io import load_json_object, save_text
 from .aggregate import CHANGE_PREFIX
-from .controls import CONTROLS, run_folder
+from ..sweep.controls import CONTROLS, run_folder
 from .intervals import PredictionStore, change_distribution, change_text, percentile_interval
 
 COLUMNS = ["fraction_constant", "k_a", "k_b", "change_a", "change_b", "diff", "diff_ci_low", "diff_ci_high"]

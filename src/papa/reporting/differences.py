@@ -1,6 +1,6 @@
 """Paired differences between variants: is a control's change really different from PAPA's?
 
-Each variant's change at k has an interval against k = 0 (papa.sweep.intervals); a reader comparing two
+Each variant's change at k has an interval against k = 0 (papa.reporting.intervals); a reader comparing two
 variants needs the interval of their difference. For a control c and k,
 
     diff_c(k) = change_c(k) − change_PAPA(k)      (both against the shared k = 0 run; > 0: c does better)
@@ -18,7 +18,7 @@ them in a table of their own, and summary.md means them across tasks the way it 
 
 import numpy as np
 
-from .controls import shares_papa_run
+from ..sweep.controls import shares_papa_run
 from .intervals import change_text, mean_across_interval, percentile_interval
 
 PAPAS_RUN = "(PAPA's run)"  # a control whose run at this k is PAPA's own: no difference to estimate

@@ -10,7 +10,7 @@ The controls (papa.sweep.controls) add, per main metric, a column of their value
 relative change against PAPA's k = 0 run (the run they share); results.md shows them in a second
 table, and the stages' wall times (from their stage.json) in a third.
 
-Every seed's runs make one such table (results_per_seed.csv); results.csv merges them (papa.sweep.aggregate):
+Every seed's runs make one such table (results_per_seed.csv); results.csv merges them (papa.reporting.aggregate):
 the mean over seeds, the std across them, and each change's 95% bootstrap interval, which results.md
 prints as `-1.3% [-2.1, -0.4]*` (* the interval excludes 0).
 """
@@ -31,8 +31,8 @@ from .claims import claims, claims_markdown, half_k
 from .differences import DIFF_PREFIX, add_differences, difference_column, differences_markdown
 from .intervals import change_text
 from .stability import kendall_tau, read_ranking, seed_stability, stability_markdown, write_stability
-from .controls import CONTROLS, run_folder
-from .stages import STAMP
+from ..sweep.controls import CONTROLS, run_folder
+from ..sweep.stages import STAMP
 
 # eval_* keys that describe the run rather than the model's quality
 NON_METRIC_SUFFIXES = ("runtime", "samples_per_second", "steps_per_second", "samples", "loss", "epoch",
@@ -248,7 +248,7 @@ class Results:
     markdown: str
     warning: str | None
     eval_samples: int | None  # evaluation examples of the k = 0 run
-    # {(change column, k): the bootstrap statistics of its interval} (papa.sweep.intervals), for the grid's means
+    # {(change column, k): the bootstrap statistics of its interval} (papa.reporting.intervals), for the grid's means
     distributions: dict = field(default_factory=dict)
     n_seeds: int = 1
     rankings: dict = field(default_factory=dict)  # {seed: (λ, sorted heads)} of the ranking runs (stability)

@@ -145,7 +145,7 @@ def draws(rng, num_seeds, num_examples, samples):
 def paired_bootstrap(pairs, samples, seed=BOOTSTRAP_SEED, direction=1):
     """The bootstrap statistics (samples,): `pairs` is, per seed, (metric at k, metric at k = 0, n): the two as
     functions of example indices (r, n) (resampled_metric) over the same n examples; `direction` -1 for a metric
-    where lower is better (the change's sign, as papa.sweep.results.relative_change). NaN where a change is
+    where lower is better (the change's sign, as papa.reporting.results.relative_change). NaN where a change is
     undefined (the k = 0 metric of a resample is 0, or a correlation of a constant)."""
     if not pairs:
         raise PapaError("a bootstrap needs at least one seed")

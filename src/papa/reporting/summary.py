@@ -3,7 +3,7 @@
 Per pair (model, task) the score of the task's first main metric at k = 0 and, at each k, the
 score and its relative change (score − score at k=0) / |score at k=0| — for PAPA and for each
 control, all against the same k = 0 run. A relative change is a change in performance, negative = worse:
-for a metric where lower is better (lm's perplexity) its sign is flipped (papa.sweep.results.relative_change),
+for a metric where lower is better (lm's perplexity) its sign is flipped (papa.reporting.results.relative_change),
 so the means across tasks and the figure add up gains and losses alike whatever way each metric runs. Per model, the mean relative change across its tasks at
 each k, and the headline: at ½ of the heads (k = round(heads / 2), the sweep's default) and at all
 heads constant. A failed pair is listed with its error and left out of the means; so is a pair whose
@@ -12,7 +12,7 @@ k = 0 probe is at chance (its sweep's warning): relative changes of a score near
 
 A standard error comes with each score where a formula exists: √(p(1−p)/n) for accuracies,
 √((1−r²)/(n−2)) for correlations (Matthews, Pearson, Spearman); none for F1. Each change comes with its
-95% interval (papa.sweep.intervals: over seeds and evaluation examples), and each mean across tasks with
+95% interval (papa.reporting.intervals: over seeds and evaluation examples), and each mean across tasks with
 the interval of the mean of the tasks' bootstrap statistics (the tasks' resamples are independent), so
 the headline says whether it is distinguishable from zero.
 """
@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from ..errors import first_line
 from ..io import save_text
 from .claims import claims, claims_markdown, half_k
-from .controls import CONTROLS
+from ..sweep.controls import CONTROLS
 from .differences import difference_column, grid_differences_markdown
 from .stability import stability_markdown, task_stability, write_stability
 from .intervals import change_text, mean_across_interval
@@ -39,7 +39,7 @@ CORRELATIONS = ("matthews_correlation", "pearson", "spearmanr")
 
 @dataclass
 class PairOutcome:
-    """One pair of a grid: what was planned, and its results (papa.sweep.results.Results) or its error."""
+    """One pair of a grid: what was planned, and its results (papa.reporting.results.Results) or its error."""
 
     model: str  # display name
     task: object  # papa.data.tasks.TaskSpec
@@ -69,7 +69,7 @@ class PairOutcome:
         return row.get(f"{change}_ci_low"), row.get(f"{change}_ci_high")
 
     def difference(self, variant, k):
-        """(control − PAPA, low, high) at k (papa.sweep.differences); Nones for PAPA itself or when unknown."""
+        """(control − PAPA, low, high) at k (papa.reporting.differences); Nones for PAPA itself or when unknown."""
         if variant == "PAPA":
             return None, None, None
         column = difference_column(variant, f"eval_{self.metric}")

@@ -1,10 +1,10 @@
 """The seeds' tables → results.csv: per k, each metric's mean over seeds and its std across seeds, and each
 relative change's 95% interval; results_per_seed.csv keeps every (k, seed) row.
 
-Each seed's table is what a one-seed sweep builds (papa.sweep.results.build_results and
+Each seed's table is what a one-seed sweep builds (papa.reporting.results.build_results and
 add_control_columns): its changes are against the same seed's k = 0 run. A change's point estimate is
 the mean over seeds of those per-seed changes, and its interval comes from the paired bootstrap over
-seeds and evaluation examples (papa.sweep.intervals) on the runs' eval_predictions.jsonl.
+seeds and evaluation examples (papa.reporting.intervals) on the runs' eval_predictions.jsonl.
 """
 
 import os
@@ -12,7 +12,7 @@ import os
 import numpy as np
 
 from ..errors import PapaError
-from .controls import run_folder
+from ..sweep.controls import run_folder
 from .intervals import PredictionStore, change_distribution, percentile_interval
 
 FIXED_COLUMNS = ("k", "fraction_constant")
