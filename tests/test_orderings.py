@@ -27,7 +27,8 @@ def test_rankers_and_random_orders_lay_out_their_stages(tmp_path):
     assert flag(stages["loo_k_36"], "--sorting_heads_dir") == plan.ranking_folder(42, "loo")
     assert flag(stages["random3_k_36"], "--sorting_heads_dir").endswith("random_order_3")
     assert "--ranker" not in stages["k_36"].args
-    assert stages["sort_loo"].outputs == ["sorted_heads.json", "head_scores.csv", "eval_results.json"]
+    assert stages["sort_loo"].outputs == ["sorted_heads.json", "head_scores.csv"]  # k_0 evaluates the stock model
+    assert "--do_eval" not in stages["sort_loo"].args
     assert "--ranker_sample" not in stages["sort_loo"].args  # the first N, as before
 
 
@@ -105,7 +106,7 @@ def test_a_sweep_with_rankers_and_random_orders(tmp_path):
         "--model_name_or_path", model, "--task_name", "lm", "--train_file", train, "--validation_file", valid,
         "--max_seq_length", "16", "--static_heads_nums", "0", "6", "12", "--ranker", "lambda", "taylor", "loo",
         "--random_orders", "3", "--output_dir", out, "--bootstrap_samples", "200"])
-    for folder in ("sort", "sort_taylor", "sort_loo", "taylor_k_6", "loo_k_6", "random_k_6", "random3_k_6"):
+    for folder in ("sort", "taylor_k_6", "loo_k_6", "random_k_6", "random3_k_6"):  # λ's ranking run evaluates, the others not
         assert (out / folder / "eval_results.json").is_file(), folder
     with open(out / "results.csv") as f:
         header = next(csv.reader(f))

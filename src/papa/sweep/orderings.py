@@ -56,7 +56,9 @@ def describe(ranker, epochs, steps):
 
 
 def ranking_outputs(ranker, flags=()):
-    """The files a ranking stage must leave (`flags`: its own, `ranker_flags`)."""
+    """The files a ranking stage must leave (`flags`: its own, `ranker_flags`). Only λ's ranking run evaluates (the
+    original's did): a ranker that scores on its own leaves the stock model, which k_0 evaluates already."""
     extra = ["head_replacements.csv"] if "--head_replacements" in flags else []
     extra += ["best_of.csv"] if "--best_of" in flags else []
-    return ["sorted_heads.json", *RANKERS[ranker].outputs, "eval_results.json", *extra]
+    evaluated = ["eval_results.json"] if RANKERS[ranker].in_trainer else []
+    return ["sorted_heads.json", *RANKERS[ranker].outputs, *evaluated, *extra]

@@ -142,7 +142,8 @@ def make_stages(plan, args, passthrough, training_flags=None):
             stages.append(Stage(os.path.basename(sort_dir),
                                 f"ranking heads ({ranking}{', merged' if parts else ''}"
                                 f"{shown})", sort_dir, train_module, train_script,
-                                training_args(sort_dir, plan.sort_num_train_epochs, flags, seed=seed),
+                                training_args(sort_dir, plan.sort_num_train_epochs, flags, seed=seed,
+                                              evaluate=RANKERS[ranker].in_trainer),  # the others: k_0 evaluates it
                                 inputs, orderings.ranking_outputs(ranker, own)))
     for seed, tag in plan.seed_runs:
         sort_dir = plan.ranking_folder(seed)
