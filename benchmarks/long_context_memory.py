@@ -99,7 +99,8 @@ def prefill(model, ids):
     cache = DynamicCache(config=model.config)
     start = time.perf_counter()
     with torch.no_grad():
-        logits = model(input_ids=ids, cache=cache, use_cache=True).logits[:, -1]
+        # the last position's logits only, as generate asks for them: a prompt's (T, V) logits are no cache
+        logits = model(input_ids=ids, cache=cache, use_cache=True, logits_to_keep=1).logits[:, -1]
     return cache, logits.argmax(-1, keepdim=True), time.perf_counter() - start
 
 

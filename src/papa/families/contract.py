@@ -114,8 +114,9 @@ class DecoderAdapter(FamilyAdapter, Protocol):
     def papa_cached_dynamic(self, call, query, key, value, mask):
         """(B, q, D, d): the dynamic heads' output for the q new queries `query` (B, D, q, d) over the cached `key`
         and `value` (B, D or fewer K/V heads read in groups, kv, d) under `mask` (the layer's, or the causal band of
-        the last q keys; None for one query). Attends as the stock module does (its soft-capping, its float32
-        logits), so that a cached step equals the full forward."""
+        the last q keys; None for one query, and for a prompt with nothing cached before it, q = kv: causal, so the
+        fused kernel runs without a (q, kv) mask and a long prompt's attention is never materialised). Attends as
+        the stock module does (its soft-capping, its float32 logits), so that a cached step equals the full forward."""
 
 
 def hooks(protocol):

@@ -202,8 +202,8 @@ def cached_context(layer, call, cache):
     parts = []
     if layer.dynamic_heads:
         mask = call.attention_mask
-        if mask is None and q > 1:  # the causal band of the last q keys (the fused kernel's is_causal is top-left)
-            mask = torch.ones(q, kv, dtype=torch.bool, device=device).tril(kv - q)
+        if mask is None and q > 1 and q != kv:  # the causal band of the last q keys (the fused kernel's is_causal is
+            mask = torch.ones(q, kv, dtype=torch.bool, device=device).tril(kv - q)  # top-left: right when q = kv)
         if not grouped:  # each dynamic head's K/V, gathered (B, D, kv, d)
             keys, values = keys.index_select(1, dynamic_index), values.index_select(1, dynamic_index)
         dynamic = layer.papa_cached_dynamic(call, query, keys, values, mask)  # (B, q, D, d)

@@ -16,7 +16,7 @@ import torch
 import torch.nn.functional as F
 
 from ..errors import PapaError
-from .base import Call, PapaAttention, additive_mask, attentions_requested, diagonal_validity
+from .base import Call, PapaAttention, attentions_requested, diagonal_validity
 from .causal import causal_band, causal_sdpa, masked_scores
 from .fused import fused_queries_keys, fused_units, fused_values
 from .pruning import keep_conv1d_outputs
@@ -58,12 +58,13 @@ class PapaGPT2Attention(PapaAttention):
 
     def papa_cached_dynamic(self, call, query, key, value, mask):
         """The dynamic heads' output (B, q, D, d) for q new queries over the cached keys and values (B, D, kv, d)."""
+        causal = mask is None and query.shape[-2] > 1  # a prompt with nothing cached before it
         if self.reorder_and_upcast_attn:  # the stock module's float32 logits and softmax
             scores = torch.matmul(query.float(), key.float().transpose(-1, -2)) * self.scaling
-            if mask is not None:
-                scores = scores + additive_mask(mask, scores.dtype)
+            if mask is not None or causal:
+                scores = masked_scores(scores, mask)
             return torch.matmul(scores.softmax(dim=-1).to(value.dtype), value).transpose(1, 2)
-        context = F.scaled_dot_product_attention(query, key, value, attn_mask=mask, scale=self.scaling)
+        context = F.scaled_dot_product_attention(query, key, value, attn_mask=mask, is_causal=causal, scale=self.scaling)
         return context.transpose(1, 2)
 
     def papa_validity(self, call):

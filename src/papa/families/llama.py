@@ -28,7 +28,7 @@ import torch
 import torch.nn.functional as F
 
 from ..errors import PapaError
-from .base import Call, PapaAttention, additive_mask, attentions_requested, diagonal_validity
+from .base import Call, PapaAttention, attentions_requested, diagonal_validity
 from .causal import causal_band, causal_sdpa, masked_scores
 from .pruning import keep_head_rows
 
@@ -111,14 +111,15 @@ class PapaLlamaAttention(PapaAttention):
         if key.shape[1] != query.shape[1] and self.softcap is not None:
             repeat = query.shape[1] // key.shape[1]
             key, value = key.repeat_interleave(repeat, dim=1), value.repeat_interleave(repeat, dim=1)
+        causal = mask is None and query.shape[-2] > 1  # a prompt with nothing cached before it
         if self.softcap is not None:
             scores = torch.tanh(torch.matmul(query, key.transpose(-1, -2)) * self.scaling / self.softcap) * self.softcap
-            if mask is not None:
-                scores = scores + additive_mask(mask, scores.dtype)
+            if mask is not None or causal:
+                scores = masked_scores(scores, mask)
             probs = scores.to(torch.promote_types(scores.dtype, torch.float32)).softmax(dim=-1).to(value.dtype)
             return torch.matmul(probs, value).transpose(1, 2)
-        context = F.scaled_dot_product_attention(query, key, value, attn_mask=mask, scale=self.scaling,
-                                                 enable_gqa=key.shape[1] != query.shape[1])  # mask None: q = 1
+        context = F.scaled_dot_product_attention(query, key, value, attn_mask=mask, is_causal=causal, scale=self.scaling,
+                                                 enable_gqa=key.shape[1] != query.shape[1])
         return context.transpose(1, 2)
 
     def papa_scores(self, call):
