@@ -122,3 +122,32 @@ def test_papa_lm_eval_command_runs_lm_evals_cli_with_the_papa_model(tmp_path, sh
     assert len(written) == 1
     results = json.loads(written[0].read_text())["results"]["papa_wnli"]
     assert 0 <= results["acc,none"] <= 1 and results["acc_stderr,none"] > 0
+
+
+@needs_lm_eval
+def test_the_retrieval_tasks_score_each_key_as_greedy_decoding_does(tmp_path):
+    """papa_passkey (loglikelihood: acc is lm-eval's is_greedy) and papa_passkey_generate (decoding, the first
+    five-digit number) on the tiny decoder, k = 0: each document's acc against the model's own argmax over the
+    answer, and the generated key against greedy decoding read off full forwards."""
+    import torch
+
+    from papa.evaluation.data import retrieval_documents
+    from papa.evaluation.harness import PapaLM
+    from papa.evaluation.scoring import evaluate_tasks
+
+    files = save_papa_files(tmp_path)
+    lm = PapaLM(pretrained=files[0], batch_size=1, max_length=512)
+    metadata = {"seq_len": 260, "count": 3, "tokenizer": files[0]}
+    results, samples, counts = evaluate_tasks(lm, ["papa_passkey", "papa_passkey_generate"], metadata=metadata)
+    assert counts == {"papa_passkey": 3, "papa_passkey_generate": 3}
+    model, tok = reference_model(*files, 0), tokenizer_of(files[0])
+    docs = retrieval_documents("passkey", **metadata)["validation"]
+    for row in sorted(samples["papa_passkey"], key=lambda r: r["doc_id"]):
+        doc = docs[row["doc_id"]]
+        context = tok(doc["context"], add_special_tokens=False)["input_ids"]
+        whole = tok(doc["context"] + doc["target"], add_special_tokens=False)["input_ids"]
+        with torch.no_grad():
+            logits = model(input_ids=torch.tensor([whole[:-1]])).logits[0]
+        answer = torch.tensor(whole[len(context):])
+        assert row["acc"] == float(bool((logits[len(context) - 1:].argmax(-1) == answer).all()))
+    assert 0 <= results["papa_passkey_generate"]["exact_match"] <= 1
