@@ -6,6 +6,7 @@ import math
 from pathlib import Path
 
 import pytest
+import numpy as np
 import torch
 from conftest import load_module
 
@@ -79,3 +80,30 @@ def test_the_retrieval_heatmap_counts_keys_by_length_and_depth(tmp_path, monkeyp
     heatmap.main()
     table = capsys.readouterr().out
     assert "| m | 64 | 5/6 |" in table and "| m | 128 | 5/6 |" in table and (tmp_path / "h.png").is_file()
+
+
+def test_the_retrieval_comparison_pairs_examples_and_refuses_other_texts(tmp_path, monkeypatch, capsys):
+    """findings/long_context_retrieval/compare.py: shares and paired differences on the examples both runs scored."""
+    compare = load_module(DOCS.parent / "long_context_retrieval" / "compare.py")
+
+    def run(name, hits, digests=None):
+        (tmp_path / name).mkdir()
+        with open(tmp_path / name / "eval_predictions.jsonl", "w") as f:
+            for i, hit in enumerate(hits):
+                f.write(json.dumps({"index": i, "tokens": 5, "correct": 5 if hit else 3,
+                                    "block": (digests or "abcdefgh")[i]}) + "\n")
+
+    run("stock", [1, 1, 1, 1, 1, 1, 1, 0])
+    run("x", [1, 0, 0, 1])  # the first four examples
+    run("other", [1, 1], digests="zz")
+    a, b = compare.shared(compare.found(tmp_path / "x"), compare.found(tmp_path / "stock"))
+    assert a.tolist() == [1, 0, 0, 1] and b.tolist() == [1, 1, 1, 1]
+    mean, low, high = compare.difference(a, b, np.random.default_rng(0))
+    assert mean == -0.5 and -1 <= low <= mean <= high <= 0
+    assert compare.interval(np.ones(5), np.random.default_rng(0)) == (1.0, 1.0, 1.0)
+    monkeypatch.setattr("sys.argv", ["compare.py", "--reference", f"stock={tmp_path / 'stock'}", "--runs",
+                                     f"x={tmp_path / 'x'}"])
+    compare.main()
+    assert "| x | 2/4 | 0.50 [" in capsys.readouterr().out
+    with pytest.raises(SystemExit, match="differs between the runs"):
+        compare.shared(compare.found(tmp_path / "other"), compare.found(tmp_path / "stock"))
