@@ -107,3 +107,25 @@ def test_the_retrieval_comparison_pairs_examples_and_refuses_other_texts(tmp_pat
     assert "| x | 2/4 | 0.50 [" in capsys.readouterr().out
     with pytest.raises(SystemExit, match="differs between the runs"):
         compare.shared(compare.found(tmp_path / "other"), compare.found(tmp_path / "stock"))
+
+
+def test_the_retrieval_groups_and_where_each_ranking_puts_them(tmp_path, monkeypatch, capsys):
+    """findings/long_context_retrieval/heads.py on hand-made head_scores.csv files of two K/V-group rankings."""
+    heads = load_module(DOCS.parent / "long_context_retrieval" / "heads.py")
+
+    def ranking(name, order, scores):
+        (tmp_path / name).mkdir()
+        lines = ["rank,layer,head,unit,score,profile"]
+        for u, (layer, group) in enumerate(order):
+            for h in (2 * group, 2 * group + 1):
+                lines.append(f"{len(lines) - 1},{layer},{h},{u},{scores[u]},broad")
+        (tmp_path / name / "head_scores.csv").write_text("\n".join(lines) + "\n")
+
+    ranking("retrieval", [(0, 0), (0, 1), (1, 0), (1, 1)], [0.0, 0.05, 0.2, 0.9])
+    ranking("other", [(1, 1), (0, 0), (1, 0), (0, 1)], [1, 2, 3, 4])
+    monkeypatch.setattr("sys.argv", ["heads.py", "--retrieval", str(tmp_path / "retrieval"), "--rankings",
+                                     f"other={tmp_path / 'other'}", "--fraction", "0.5"])
+    heads.main()
+    out = capsys.readouterr().out
+    assert "2 of 4 K/V groups" in out and "| 1 | 2–3 | broad, broad | 0.90 |" in out
+    assert "| other | 0, 2 | 1 of 2 |" in out  # group (1, 1) ranked first, (1, 0) third: one of the two kept
