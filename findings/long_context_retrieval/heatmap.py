@@ -56,7 +56,7 @@ def main():
     import matplotlib.pyplot as plt
 
     models = dict(spec.split("=", 1) for spec in args.runs)
-    fig, axes = plt.subplots(1, len(models), figsize=(4.2 * len(models), 3.2), squeeze=False)
+    fig, axes = plt.subplots(1, len(models), figsize=(4.6 * len(models), 3.2), squeeze=False)
     lines = ["| model | T | found | accuracy [95% Wilson] | by depth 0 / ¼ / ½ / ¾ / 1 |", "| --- | ---: | ---: | ---: | --- |"]
     for ax, (model, pattern) in zip(axes[0], models.items()):
         grid, depths = [], None
@@ -77,7 +77,8 @@ def main():
         ax.set_xticks(range(len(depths or [])), [f"{d:g}" for d in depths or []])
         ax.set_yticks(range(len(args.lengths)), [str(T) for T in args.lengths])
         ax.set_xlabel("depth of the key (fraction of the filler)")
-        ax.set_ylabel("context length (tokens)")
+        if ax is axes[0][0]:
+            ax.set_ylabel("context length (tokens)")
         ax.set_title(f"{model}: pass key found (stock)")
         for i, row in enumerate(rows):
             for j, value in enumerate(row):
