@@ -65,8 +65,8 @@ def main():
     parser.add_argument("--out", default=None, help="the markdown table")
     args = parser.parse_args()
     rng = np.random.default_rng(SEED)
-    reference_name, reference_folder = args.reference.split("=", 1)
-    runs = dict(spec.split("=", 1) for spec in args.runs)
+    reference_name, _, reference_folder = args.reference.rpartition("=")
+    runs = dict(spec.rpartition("=")[::2] for spec in args.runs)
     reference = found(reference_folder)
     scored = {name: found(folder) for name, folder in runs.items()}
     lines = [f"| run | keys found | share [95% interval] | run − {reference_name}, points [95% interval] |",

@@ -52,7 +52,7 @@ def main():
                   f"{len(retrieval)} groups constant, a group ranked {constant} or later stays dynamic):", "",
               "| ranking | ranks of the retrieval groups (in the order above) | kept dynamic |", "| --- | --- | ---: |"]
     for spec in args.rankings:
-        name, folder = spec.split("=", 1)
+        name, _, folder = spec.rpartition("=")
         rank = {key(g): i for i, g in enumerate(groups(folder))}
         ranks = [rank[key(g)] for g in chosen]
         lines.append(f"| {name} | {', '.join(map(str, ranks))} | {sum(r >= constant for r in ranks)} of {len(ranks)} |")

@@ -55,7 +55,7 @@ def main():
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    models = dict(spec.split("=", 1) for spec in args.runs)
+    models = dict(spec.rpartition("=")[::2] for spec in args.runs)
     fig, axes = plt.subplots(1, len(models), figsize=(4.6 * len(models), 3.2), squeeze=False)
     lines = ["| model | T | found | accuracy [95% Wilson] | by depth 0 / ¼ / ½ / ¾ / 1 |", "| --- | ---: | ---: | ---: | --- |"]
     for ax, (model, pattern) in zip(axes[0], models.items()):
