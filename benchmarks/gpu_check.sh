@@ -8,11 +8,27 @@
 # Usage: bash benchmarks/gpu_check.sh [output folder, default benchmarks/results/]
 #        bash benchmarks/gpu_check.sh --dry-run FOLDER   the same steps on this CPU at toy sizes, no compile
 #                                                        (tests/test_gpu_check.py): the plumbing, not the numbers
+#        bash benchmarks/gpu_check.sh --wheels           fill .whl/ (below), where pip reaches a package registry
 # On a machine whose image lacks this project's pure-Python dependencies (the lent GPU machine's does), first run
-# `bash benchmarks/gpu_wheels.sh` where pip works and carry the .whl/ folder it fills: they are installed into
-# /tmp/site here. The project itself runs from src/ (no install needed).
+# `bash benchmarks/gpu_check.sh --wheels` where pip works and carry the .whl/ folder it fills: they are installed
+# into /tmp/site here. The project itself runs from src/ (no install needed).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+if [ "${1:-}" = "--wheels" ]; then
+  # the pure-Python wheels the GPU machine's image lacks, or holds at other versions (its transformers is older), at
+  # this project's versions, for Python 3.12 there; torch and the compiled packages are the image's own
+  python=${PYTHON:-python3}
+  rm -rf .whl && mkdir .whl
+  # the direct dependencies at requirements.txt's pins; datasets' own two at the versions installed here
+  pins=($(grep -E '^(transformers|datasets|submitit)==' requirements.txt)
+        $($python -c "import importlib.metadata as m; print(*(f'{p}=={m.version(p)}' for p in ('dill', 'multiprocess')))"))
+  $python -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
+    --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 \
+    -d .whl "${pins[@]}"
+  $python -m pip wheel -q --no-deps -w .whl "$(grep -E '^seqeval==' requirements.txt)"  # an sdist only, pure Python
+  ls .whl && du -sh .whl
+  exit 0
+fi
 dry_run=0
 if [ "${1:-}" = "--dry-run" ]; then dry_run=1; shift; fi
 out=${1:-benchmarks/results}
