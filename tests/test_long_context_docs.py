@@ -129,3 +129,26 @@ def test_the_retrieval_groups_and_where_each_ranking_puts_them(tmp_path, monkeyp
     out = capsys.readouterr().out
     assert "2 of 4 K/V groups" in out and "| 1 | 2–3 | broad, broad | 0.90 |" in out
     assert "| other | 0, 2 | 1 of 2 |" in out  # group (1, 1) ranked first, (1, 0) third: one of the two kept
+
+
+def test_accuracy_against_k_reads_one_folder_per_k_and_the_stock_run_at_0(tmp_path, monkeypatch, capsys):
+    """findings/long_context_retrieval/accuracy_vs_k.py: each point is the share of keys found in that k's folder
+    (k = 0: the stock run); a k without a folder is left out; the interval holds the share."""
+    curves = load_module(DOCS.parent / "long_context_retrieval" / "accuracy_vs_k.py")
+
+    def run(name, hits):
+        (tmp_path / name).mkdir()
+        with open(tmp_path / name / "eval_predictions.jsonl", "w") as f:
+            for i, hit in enumerate(hits):
+                f.write(json.dumps({"index": i, "tokens": 5, "correct": 5 if hit else 4, "block": "x"}) + "\n")
+
+    run("stock", [1, 1, 1, 1])
+    run("r_k2", [1, 0, 1, 0])
+    measured = curves.points(str(tmp_path / "r_k{k}"), [0, 2, 4], str(tmp_path / "stock"), np.random.default_rng(0))
+    assert sorted(measured) == [0, 2] and measured[0][:3] == (1.0, 1.0, 1.0)
+    share, low, high, hits, scored = measured[2]
+    assert (share, hits, scored) == (0.5, 2, 4) and 0 <= low <= share <= high <= 1
+    monkeypatch.setattr("sys.argv", ["accuracy_vs_k.py", "--ks", "0", "2", "4", "--stock", str(tmp_path / "stock"),
+                                     "--runs", f"r={tmp_path}/r_k{{k}}", "--out", str(tmp_path / "c.png")])
+    curves.main()
+    assert "| r | 4/4: 1.00 [1.00, 1.00] | 2/4: 0.50 [" in capsys.readouterr().out and (tmp_path / "c.png").is_file()
