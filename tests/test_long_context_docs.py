@@ -133,7 +133,7 @@ def test_the_retrieval_groups_and_where_each_ranking_puts_them(tmp_path, monkeyp
 
 def test_accuracy_against_k_reads_one_folder_per_k_and_the_stock_run_at_0(tmp_path, monkeypatch, capsys):
     """findings/long_context_retrieval/accuracy_vs_k.py: each point is the share of keys found in that k's folder
-    (k = 0: the stock run); a k without a folder is left out; the interval holds the share."""
+    (k = 0: the stock run), with heatmap.py's Wilson interval; a k without a folder is left out."""
     curves = load_module(DOCS.parent / "long_context_retrieval" / "accuracy_vs_k.py")
 
     def run(name, hits):
@@ -144,11 +144,11 @@ def test_accuracy_against_k_reads_one_folder_per_k_and_the_stock_run_at_0(tmp_pa
 
     run("stock", [1, 1, 1, 1])
     run("r_k2", [1, 0, 1, 0])
-    measured = curves.points(str(tmp_path / "r_k{k}"), [0, 2, 4], str(tmp_path / "stock"), np.random.default_rng(0))
-    assert sorted(measured) == [0, 2] and measured[0][:3] == (1.0, 1.0, 1.0)
-    share, low, high, hits, scored = measured[2]
-    assert (share, hits, scored) == (0.5, 2, 4) and 0 <= low <= share <= high <= 1
+    measured = curves.points(str(tmp_path / "r_k{k}"), [0, 2, 4], str(tmp_path / "stock"))
+    heatmap = load_module(DOCS.parent / "long_context_retrieval" / "heatmap.py")
+    assert sorted(measured) == [0, 2] and measured[0] == (1.0, *heatmap.wilson(4, 4), 4, 4)
+    assert measured[2] == (0.5, *heatmap.wilson(2, 4), 2, 4) and measured[0][1] < 1
     monkeypatch.setattr("sys.argv", ["accuracy_vs_k.py", "--ks", "0", "2", "4", "--stock", str(tmp_path / "stock"),
                                      "--runs", f"r={tmp_path}/r_k{{k}}", "--out", str(tmp_path / "c.png")])
     curves.main()
-    assert "| r | 4/4: 1.00 [1.00, 1.00] | 2/4: 0.50 [" in capsys.readouterr().out and (tmp_path / "c.png").is_file()
+    assert "| r | 4/4: 1.00 [0.51, 1.00] | 2/4: 0.50 [0.15, 0.85] | – |" in capsys.readouterr().out and (tmp_path / "c.png").is_file()

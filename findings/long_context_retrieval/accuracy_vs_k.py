@@ -1,5 +1,6 @@
 """Pass-key accuracy against k, the number of heads made constant: one line per ranking (or random order), each point
-the share of keys found with its 95% bootstrap interval (compare.py's), from runs in folders named by k.
+the share of keys found with its 95% Wilson interval (heatmap.py's: a bootstrap's collapses to a point at 0 or
+all found), from runs in folders named by k.
 
     python findings/long_context_retrieval/accuracy_vs_k.py --ks 0 66 135 --stock RUNS/k_0 \
         --runs "taylor=RUNS/k_{k}" "retrieval=RUNS/retrieval_k_{k}" "order 1=RUNS_random20/order_1_k{k}" \
@@ -16,19 +17,20 @@ import sys
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from compare import SEED, found, interval  # noqa: E402
+from compare import found  # noqa: E402
+from heatmap import wilson  # noqa: E402
 
 
-def points(pattern, ks, stock, rng):
+def points(pattern, ks, stock):
     """{k: (share, low, high, found, scored)} of the runs that exist; k = 0 from the stock run."""
     out = {}
     for k in ks:
         folder = stock if k == 0 else pattern.format(k=k)
         if not os.path.isfile(os.path.join(folder, "eval_predictions.jsonl")):
             continue
-        values = np.array([v for v, _ in found(folder).values()])
-        share, low, high = interval(values, rng)
-        out[k] = (share, low, high, int(values.sum()), len(values))
+        hits = [v for v, _ in found(folder).values()]
+        low, high = wilson(sum(hits), len(hits))
+        out[k] = (sum(hits) / len(hits), low, high, int(sum(hits)), len(hits))
     return out
 
 
@@ -47,12 +49,11 @@ def main():
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    rng = np.random.default_rng(SEED)
     fig, ax = plt.subplots(figsize=(5.5, 3.6))
     lines = ["| run | " + " | ".join(f"k = {k}" for k in args.ks) + " |", "| --- |" + " ---: |" * len(args.ks)]
     for spec in args.runs:
         name, _, pattern = spec.rpartition("=")
-        measured = points(pattern, args.ks, args.stock, rng)
+        measured = points(pattern, args.ks, args.stock)
         cells = [f"{p[3]}/{p[4]}: {p[0]:.2f} [{p[1]:.2f}, {p[2]:.2f}]" if (p := measured.get(k)) else "–"
                  for k in args.ks]
         lines.append(f"| {name} | " + " | ".join(cells) + " |")
