@@ -7,7 +7,8 @@ all found), from runs in folders named by k.
         --title "SmolLM2, T = 2048" --out accuracy_vs_k.png --table accuracy_vs_k.md
 
 k = 0 is the stock model's run (`--stock`) for every line. A folder that does not exist is a point not measured
-(left out, and "–" in the table). Names starting with "order" are drawn thin and grey: the random orders.
+(left out, and "–" in the table). Names starting with "order" are drawn thin, grey and dashed: the random orders. The lines are set a little apart
+along k, so that equal shares stay visible.
 """
 
 import argparse
@@ -51,7 +52,9 @@ def main():
 
     fig, ax = plt.subplots(figsize=(5.5, 3.6))
     lines = ["| run | " + " | ".join(f"k = {k}" for k in args.ks) + " |", "| --- |" + " ---: |" * len(args.ks)]
-    for spec in args.runs:
+    colours = [c for c in plt.rcParams["axes.prop_cycle"].by_key()["color"] if c != "#7f7f7f"]  # grey: the random
+    rankings = iter(colours * 3)
+    for i, spec in enumerate(args.runs):
         name, _, pattern = spec.rpartition("=")
         measured = points(pattern, args.ks, args.stock)
         cells = [f"{p[3]}/{p[4]}: {p[0]:.2f} [{p[1]:.2f}, {p[2]:.2f}]" if (p := measured.get(k)) else "–"
@@ -60,13 +63,15 @@ def main():
         ks = sorted(measured)
         share = np.array([measured[k][0] for k in ks])
         errors = np.array([[measured[k][0] - measured[k][1] for k in ks], [measured[k][2] - measured[k][0] for k in ks]])
-        style = dict(color="grey", lw=0.8, alpha=0.7) if name.startswith("order") else dict(lw=1.8, marker="o")
-        ax.errorbar(ks, share, yerr=errors, capsize=3, label=name, **style)
+        random = name.startswith("order")
+        style = dict(color="grey", lw=0.8, ls="--", alpha=0.7) if random else dict(color=next(rankings), lw=1.6, marker="o")
+        shift = (i - len(args.runs) / 2) * 0.004 * max(args.ks)  # apart, so that equal shares stay visible
+        ax.errorbar([k + shift for k in ks], share, yerr=errors, capsize=2, label=name, **style)
     ax.set_xlabel("heads made constant (k)")
     ax.set_ylabel("pass keys found")
     ax.set_ylim(-0.05, 1.05)
     ax.set_title(args.title)
-    ax.legend(fontsize=7)
+    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.02, 1))
     fig.savefig(args.out, dpi=120, bbox_inches="tight")
     table = "\n".join(lines) + "\n"
     if args.table:
