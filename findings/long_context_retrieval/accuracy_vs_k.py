@@ -7,8 +7,8 @@ all found), from runs in folders named by k.
         --title "SmolLM2, T = 2048" --out accuracy_vs_k.png --table accuracy_vs_k.md
 
 k = 0 is the stock model's run (`--stock`) for every line. A folder that does not exist is a point not measured
-(left out, and "–" in the table). Names starting with "order" are drawn thin, grey and dashed: the random orders. The lines are set a little apart
-along k, so that equal shares stay visible.
+(left out, and "–" in the table). Names starting with "order" are drawn thin, grey and dashed: the random orders.
+The lines are set a little apart along k, so that equal shares stay visible.
 """
 
 import argparse
@@ -62,9 +62,11 @@ def main():
         lines.append(f"| {name} | " + " | ".join(cells) + " |")
         ks = sorted(measured)
         share = np.array([measured[k][0] for k in ks])
-        errors = np.array([[measured[k][0] - measured[k][1] for k in ks], [measured[k][2] - measured[k][0] for k in ks]])
+        errors = np.array([[measured[k][0] - measured[k][1] for k in ks],  # below, above the share
+                           [measured[k][2] - measured[k][0] for k in ks]])
         random = name.startswith("order")
-        style = dict(color="grey", lw=0.8, ls="--", alpha=0.7) if random else dict(color=next(rankings), lw=1.6, marker="o")
+        style = (dict(color="grey", lw=0.8, ls="--", alpha=0.7) if random
+                 else dict(color=next(rankings), lw=1.6, marker="o"))
         shift = (i - len(args.runs) / 2) * 0.004 * max(args.ks)  # apart, so that equal shares stay visible
         ax.errorbar([k + shift for k in ks], share, yerr=errors, capsize=2, label=name, **style)
     ax.set_xlabel("heads made constant (k)")
