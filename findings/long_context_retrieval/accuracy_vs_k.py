@@ -18,7 +18,7 @@ import sys
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from compare import found  # noqa: E402
+from compare import emit, found  # noqa: E402
 from heatmap import wilson  # noqa: E402
 
 
@@ -75,11 +75,7 @@ def main():
     ax.set_title(args.title)
     ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.02, 1))
     fig.savefig(args.out, dpi=120, bbox_inches="tight")
-    table = "\n".join(lines) + "\n"
-    if args.table:
-        with open(args.table, "w") as f:
-            f.write(table)
-    print(table)
+    emit(lines, args.table)
 
 
 if __name__ == "__main__":

@@ -52,6 +52,15 @@ def difference(a, b, rng):
     return float((a - b).mean()), float(np.percentile(diffs, 2.5)), float(np.percentile(diffs, 97.5))
 
 
+def emit(lines, path=None):
+    """Print the markdown table of `lines`, and write it to `path` if given (every script here ends so)."""
+    table = "\n".join(lines) + "\n"
+    if path:
+        with open(path, "w") as f:
+            f.write(table)
+    print(table)
+
+
 def points(value, low, high):
     star = "*" if low > 0 or high < 0 else ""
     return f"{100 * value:+.0f} [{100 * low:+.0f}, {100 * high:+.0f}]{star}"
@@ -85,11 +94,7 @@ def main():
             first, second = pair.split(":")
             a, b = shared(scored[first], scored[second])
             lines.append(f"| {first} − {second} | {points(*difference(a, b, rng))} | {len(a)} |")
-    table = "\n".join(lines) + "\n"
-    if args.out:
-        with open(args.out, "w") as f:
-            f.write(table)
-    print(table)
+    emit(lines, args.out)
 
 
 if __name__ == "__main__":

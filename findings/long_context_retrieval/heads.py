@@ -13,6 +13,10 @@ constant first), and how many of them stay dynamic with the first --fraction of 
 import argparse
 import csv
 import os
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from compare import emit  # noqa: E402
 
 
 def groups(folder):
@@ -56,11 +60,7 @@ def main():
         rank = {key(g): i for i, g in enumerate(groups(folder))}
         ranks = [rank[key(g)] for g in chosen]
         lines.append(f"| {name} | {', '.join(map(str, ranks))} | {sum(r >= constant for r in ranks)} of {len(ranks)} |")
-    table = "\n".join(lines) + "\n"
-    if args.out:
-        with open(args.out, "w") as f:
-            f.write(table)
-    print(table)
+    emit(lines, args.out)
 
 
 if __name__ == "__main__":

@@ -14,7 +14,11 @@ import argparse
 import json
 import math
 import os
+import sys
 from collections import defaultdict
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from compare import emit  # noqa: E402
 
 
 def records(folder):
@@ -86,11 +90,7 @@ def main():
                     ax.text(j, i, f"{value:.1f}", ha="center", va="center", fontsize=8)
     fig.colorbar(image, ax=axes[0].tolist(), shrink=0.8, label="accuracy")
     fig.savefig(args.out, dpi=120, bbox_inches="tight")
-    table = "\n".join(lines) + "\n"
-    if args.table:
-        with open(args.table, "w") as f:
-            f.write(table)
-    print(table)
+    emit(lines, args.table)
 
 
 if __name__ == "__main__":
