@@ -152,3 +152,18 @@ def test_accuracy_against_k_reads_one_folder_per_k_and_the_stock_run_at_0(tmp_pa
                                      "--runs", f"r={tmp_path}/r_k{{k}}", "--out", str(tmp_path / "c.png")])
     curves.main()
     assert "| r | 4/4: 1.00 [0.51, 1.00] | 2/4: 0.50 [0.15, 0.85] | – |" in capsys.readouterr().out and (tmp_path / "c.png").is_file()
+
+
+def test_whole_groups_counts_groups_with_every_query_head_constant(tmp_path, monkeypatch, capsys):
+    """findings/long_context_retrieval/whole_groups.py: a group counts once all its query heads are among the first k."""
+    script = load_module(DOCS.parent / "long_context_retrieval" / "whole_groups.py")
+    heads = [[0, 0], [0, 1], [1, 5], [0, 2], [1, 3], [1, 4]]  # groups of 3: (0, 0) whole at k = 4, (1, 1) at 6
+    assert script.whole_groups(heads, 3, 3) == (0, 2)
+    assert script.whole_groups(heads, 4, 3) == (1, 2)
+    assert script.whole_groups(heads, 6, 3) == (2, 2)
+    (tmp_path / "sort").mkdir()
+    (tmp_path / "sort" / "sorted_heads.json").write_text(json.dumps(heads))
+    monkeypatch.setattr("sys.argv", ["whole_groups.py", "--rankings", f"x={tmp_path / 'sort'}", "--ks", "3", "6",
+                                     "--group_size", "3"])
+    script.main()
+    assert "| x | 0 whole, 2 touched | 2 whole, 2 touched |" in capsys.readouterr().out
