@@ -107,6 +107,12 @@ def test_the_retrieval_comparison_pairs_examples_and_refuses_other_texts(tmp_pat
     assert "| x | 2/4 | 0.50 [" in capsys.readouterr().out
     with pytest.raises(SystemExit, match="differs between the runs"):
         compare.shared(compare.found(tmp_path / "other"), compare.found(tmp_path / "stock"))
+    # the copy task: each example's share of its answer's tokens predicted (3 of 5 where not all)
+    assert [v for v, _ in compare.found(tmp_path / "x", "token_accuracy").values()] == [1.0, 0.6, 0.6, 1.0]
+    monkeypatch.setattr("sys.argv", ["compare.py", "--reference", f"stock={tmp_path / 'stock'}", "--runs",
+                                     f"x={tmp_path / 'x'}", "--metric", "token_accuracy"])
+    compare.main()
+    assert "| x | 4 | 0.80 [0.60, 1.00] | -20 [" in capsys.readouterr().out  # x 0.80, stock 1.00 on those four
 
 
 def test_the_retrieval_groups_and_where_each_ranking_puts_them(tmp_path, monkeypatch, capsys):

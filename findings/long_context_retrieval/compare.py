@@ -8,6 +8,8 @@ Runs are folders holding eval_predictions.jsonl (papa-glue --task_name passkey -
 index; their token digests (`block`) must agree, so two runs evaluated on other texts are refused. Each row: keys
 found / scored, the share [95% percentile bootstrap interval], and run − reference in points of exact match with
 its interval (* where it excludes 0). With --pairs "A:B", also A − B for two named runs, on their shared examples.
+With --metric token_accuracy (the copy task, whose answer is hundreds of tokens), an example's value is the share of
+its answer tokens that are the greedy argmax, not all-or-nothing.
 """
 
 import argparse
@@ -19,13 +21,15 @@ import numpy as np
 SAMPLES, SEED = 10_000, 0
 
 
-def found(folder):
-    """{index: (1.0 if the key was found else 0.0, its digest)} of a run's eval_predictions.jsonl."""
+def found(folder, metric="exact"):
+    """{index: (value, its digest)} of a run's eval_predictions.jsonl: 1.0 if the key was found else 0.0 (exact), or
+    the share of the answer's tokens predicted (token_accuracy)."""
     out = {}
     with open(os.path.join(folder, "eval_predictions.jsonl")) as f:
         for line in f:
             r = json.loads(line)
-            out[r["index"]] = (float(r["correct"] == r["tokens"]), r["block"])
+            value = r["correct"] / r["tokens"] if metric == "token_accuracy" else float(r["correct"] == r["tokens"])
+            out[r["index"]] = (value, r["block"])
     return out
 
 
@@ -72,21 +76,25 @@ def main():
     parser.add_argument("--runs", nargs="+", required=True, help="name=FOLDER of each run")
     parser.add_argument("--pairs", nargs="*", default=[], help="A:B, two names whose difference A − B is reported")
     parser.add_argument("--out", default=None, help="the markdown table")
+    parser.add_argument("--metric", choices=("exact", "token_accuracy"), default="exact",
+                        help="an example's value: its key found (exact), or its share of answer tokens predicted")
     args = parser.parse_args()
     rng = np.random.default_rng(SEED)
     reference_name, _, reference_folder = args.reference.rpartition("=")
     runs = dict(spec.rpartition("=")[::2] for spec in args.runs)
-    reference = found(reference_folder)
-    scored = {name: found(folder) for name, folder in runs.items()}
-    lines = [f"| run | keys found | share [95% interval] | run − {reference_name}, points [95% interval] |",
-             "| --- | ---: | ---: | ---: |"]
-    mean, low, high = interval(np.array([v for v, _ in reference.values()]), rng)
-    lines.append(f"| {reference_name} | {int(sum(v for v, _ in reference.values()))}/{len(reference)} | "
-                 f"{mean:.2f} [{low:.2f}, {high:.2f}] | |")
+    reference = found(reference_folder, args.metric)
+    scored = {name: found(folder, args.metric) for name, folder in runs.items()}
+    exact = args.metric == "exact"
+    count = (lambda v: f"{int(v.sum())}/{len(v)}") if exact else (lambda v: f"{len(v)}")
+    lines = [f"| run | {'keys found' if exact else 'examples'} | share [95% interval] | "
+             f"run − {reference_name}, points [95% interval] |", "| --- | ---: | ---: | ---: |"]
+    values = np.array([v for v, _ in reference.values()])
+    mean, low, high = interval(values, rng)
+    lines.append(f"| {reference_name} | {count(values)} | {mean:.2f} [{low:.2f}, {high:.2f}] | |")
     for name, values in scored.items():
         a, b = shared(values, reference)
         mean, low, high = interval(a, rng)
-        lines.append(f"| {name} | {int(a.sum())}/{len(a)} | {mean:.2f} [{low:.2f}, {high:.2f}] | "
+        lines.append(f"| {name} | {count(a)} | {mean:.2f} [{low:.2f}, {high:.2f}] | "
                      f"{points(*difference(a, b, rng))} (n = {len(a)}) |")
     if args.pairs:
         lines += ["", "| pair | difference, points [95% interval] | examples |", "| --- | ---: | ---: |"]
