@@ -333,3 +333,45 @@ def test_a_papa_model_from_the_gguf_saves_and_reloads(tmp_path, bundled, folder,
     papa.save_papa_model(model, tmp_path / "saved")
     assert_close(logits(papa.load_papa_model(tmp_path / "saved"), ids, mask), logits(model, ids, mask),
                  rtol=0, atol=0)
+
+
+def test_a_recomputed_ranking_step_equals_the_mix_as_matrices(stock, batch):
+    """A gates ranking step's loss and gradients (papa.method.scorers: the fast path, the blocks recomputed in the
+    backward pass or not) against the probabilities path, whose mix is built as (B, H, T, T) matrices, float64,
+    Toeplitz-like structured constants on the right-padded batch (tests/test_ranking_memory.py: the tiny decoders, and
+    no T × T tensor at 2 048 tokens)."""
+    from papa.method.example_losses import task_losses
+    from papa.method.gates import gated
+    from papa.method.scorers import Objective
+
+    model = copy.deepcopy(stock).double()
+    config = model.config
+    L, H = config.num_hidden_layers, config.num_attention_heads
+    g = torch.Generator().manual_seed(2)
+    structured = (torch.rand(L, H, 1, generator=g, dtype=torch.float64),
+                  torch.rand(L, H, T, generator=g, dtype=torch.float64))
+    papa.patch_model(model, structured=structured, mix_all_heads=True)
+    ids, mask = batch
+    labels = ids.masked_fill(mask == 0, -100)
+    data = {"input_ids": ids, "attention_mask": mask, "labels": labels}
+    shares = {layer: torch.rand(2, H, generator=g, dtype=torch.float64) for layer in range(L)}
+
+    def step(recompute=None):
+        gates = {layer: s.clone().requires_grad_(True) for layer, s in shares.items()}
+        objective = Objective(model, [data], "lm", recompute=recompute)
+        if recompute is None:  # the reference: attentions requested, the mix as matrices, no recomputation
+            with gated(model, gates):
+                out = model(input_ids=ids, attention_mask=mask, output_attentions=True, use_cache=False)
+                loss = task_losses("lm", out.logits, labels).mean()
+                loss.backward()
+        else:
+            with objective.differentiated(gates):
+                loss = objective.losses(0, objective.logits(data)).mean()
+                loss.backward()
+        return loss.detach(), torch.stack([gates[layer].grad for layer in range(L)])
+
+    reference = step()
+    for recompute in (False, True):
+        loss, grads = step(recompute)
+        assert_close(loss, reference[0], rtol=1e-10, atol=1e-12)
+        assert_close(grads, reference[1], rtol=1e-7, atol=1e-10)

@@ -11,12 +11,17 @@ without a gate runs its stock computation (no constant share computed at all).
 
 `PrefixCache` serves a ranker that changes heads of layer l and above only: the blocks below l compute the same
 thing in every such run, so their outputs are recorded once per batch and replayed, copied for every replacement.
+
+`recomputed_blocks` serves a ranker that differentiates (taylor, the gates): it keeps each block's input alone and
+recomputes the block in the backward pass, so what a step holds grows with T by the hidden size, not by every
+activation of every layer.
 """
 
 from contextlib import contextmanager
 
 import torch
 from torch import nn
+from torch.utils.checkpoint import checkpoint
 
 from ..errors import PapaError
 from ..families import attention_modules
@@ -40,12 +45,16 @@ def set_gates(model, gates):
 
 @contextmanager
 def gated(model, gates):
-    """Run `model` with the constant shares `gates` (`set_gates`) inside the block."""
+    """Run `model` with the constant shares `gates` (`set_gates`) inside the block; the gates before it come back
+    after it (a block nested in another, the stock model's forward inside a ranker's, leaves the outer's set)."""
+    layers = check_mix_mode(model)
+    before = [module.papa_gate for module in layers]
     set_gates(model, gates)
     try:
         yield model
     finally:
-        set_gates(model, None)
+        for module, gate in zip(layers, before):
+            module.papa_gate = gate
 
 
 def transformer_blocks(model):
@@ -122,3 +131,40 @@ class PrefixCache:
                     del self.blocks[index].forward
                 else:
                     self.blocks[index].forward = forward
+
+
+# From this many tokens per sequence on, the differentiating rankers recompute each block in the backward pass: a
+# step of SmolLM2 (30 layers, float32) otherwise keeps about 2 MB of activations per token (4.5 GB at T = 2 048,
+# benchmarks/ranking_memory.py), while recomputing costs one more forward of each block.
+RECOMPUTE_FROM = 1024
+
+
+@contextmanager
+def recomputed_blocks(model, enabled=True):
+    """Inside the block, each transformer block (`transformer_blocks`) keeps only its inputs for the backward pass and
+    recomputes its forward there (torch.utils.checkpoint, non-reentrant: keyword arguments and tensors that need no
+    gradient pass as they are). The gradients are the same; the recomputation reads the layers' gates as they are
+    when the backward runs, so call backward inside the `gated` block that set them. Without autograd (no_grad) a
+    block runs as it is."""
+    if not enabled:
+        yield model
+        return
+    saved = {}
+    try:
+        for block in transformer_blocks(model):
+            forward = block.forward  # the bound forward, or a PrefixCache replay set before
+
+            def run(*args, _forward=forward, **kwargs):
+                if not torch.is_grad_enabled():
+                    return _forward(*args, **kwargs)
+                return checkpoint(_forward, *args, use_reentrant=False, **kwargs)
+
+            saved[block] = block.__dict__.get("forward")
+            block.forward = run
+        yield model
+    finally:
+        for block, forward in saved.items():
+            if forward is None:
+                del block.forward
+            else:
+                block.forward = forward

@@ -28,7 +28,7 @@ import torch.nn.functional as F
 from ..errors import PapaError
 from ..models.lm_head import final_hidden, output_logits, scored_positions
 from .example_losses import distill_losses, task_losses
-from .gates import PrefixCache, check_mix_mode, gated
+from .gates import RECOMPUTE_FROM, PrefixCache, check_mix_mode, gated, recomputed_blocks
 from .ranking_progress import NoProgress
 
 NO_PROGRESS = NoProgress()
@@ -62,9 +62,13 @@ class Objective:
     """The loss of the ranking data under gates: per-example losses of each batch, the stock outputs kept for
     distillation. `batches`: a list of dicts of tensors on the model's device (labels included). `scored_only` (an lm
     task scoring a few positions: the retrieval tasks): the LM head runs on the labelled positions alone, and both
-    losses are means over them (papa.models.lm_head), so a long context's logits are never made."""
+    losses are means over them (papa.models.lm_head), so a long context's logits are never made. `recompute`: the
+    differentiating rankers keep each block's input alone and recompute it in the backward pass
+    (papa.method.gates.recomputed_blocks); None: from RECOMPUTE_FROM tokens per sequence on. The stock outputs the
+    distillation loss compares with are made once, without autograd, as DuoAttention's teacher: every batch's when
+    only a few positions are scored (a few rows of logits each), else the last batch's alone ((B, T, V) each)."""
 
-    def __init__(self, model, batches, kind, loss="task", scored_only=False):
+    def __init__(self, model, batches, kind, loss="task", scored_only=False, recompute=None):
         if loss not in ("task", "distill"):
             raise PapaError(f"the ranking loss is 'task' or 'distill'; got {loss!r}")
         self.model, self.batches, self.kind, self.loss = model, batches, kind, loss
@@ -72,6 +76,8 @@ class Objective:
         self.layers = check_mix_mode(model)
         self.num_heads = len(self.layers[0].dynamic_heads)
         self.num_examples = sum(len(b["input_ids"]) for b in batches)
+        longest = max((b["input_ids"].shape[-1] for b in batches), default=0)
+        self.recompute = longest >= RECOMPUTE_FROM if recompute is None else recompute
         self._stock = {}
 
     @property
@@ -121,11 +127,20 @@ class Objective:
         return distill_losses(self.kind, logits, stock, labels if self.kind == "token" else None)
 
     def stock_logits(self, index):
-        """The stock model's logits of batch `index`; only the last batch's are kept (an lm's are (B, T, V))."""
+        """The stock model's logits of batch `index`: every batch's kept with `scored_only`, else the last batch's
+        alone (an lm's are (B, T, V))."""
         if index not in self._stock:
             with torch.no_grad(), gated(self.model, {}):
-                self._stock = {index: self.logits(self.batches[index]).detach()}
+                logits = self.logits(self.batches[index]).detach()
+            if not self.scored_only:
+                self._stock = {}
+            self._stock[index] = logits
         return self._stock[index]
+
+    def differentiated(self, gates):
+        """The context a differentiating ranker runs its forward and backward in: the model under `gates`, its
+        blocks recomputed in the backward pass when `recompute` (the backward must run inside it)."""
+        return _both(gated(self.model, gates), recomputed_blocks(self.model, self.recompute))
 
     def gates(self, chosen, rows=None):
         """{layer: (H,) gate} with 1 at the heads of the `chosen` units (each row of (rows, H) when rows given)."""
@@ -136,6 +151,12 @@ class Objective:
                 gate[head] = 1
         ref = self.reference
         return {layer: (g if rows is None else g.expand(rows, -1)).to(ref.device, ref.dtype) for layer, g in out.items()}
+
+
+@contextmanager
+def _both(outer, inner):
+    with outer, inner:
+        yield
 
 
 @contextmanager
@@ -171,9 +192,9 @@ def taylor_scores(objective, units, chosen=(), progress=NO_PROGRESS, scope="firs
             gates = dict(base)
             for layer, shift in shifts.items():
                 gates[layer] = (base[layer] if layer in base else 0) + shift
-            with gated(model, gates):
+            with objective.differentiated(gates):
                 losses = objective.losses(index, objective.logits(batch))
-            losses.sum().backward()
+                losses.sum().backward()
             for u, unit in enumerate(units):
                 per_example = sum(shifts[layer].grad[:, head] for layer, head in unit).double()  # (B,)
                 absolute[u] += per_example.abs().sum().cpu()
@@ -313,11 +334,11 @@ def train_gates(objective, units, steps, learning_rate=0.02, l1=0.05, log=None, 
             index = step % len(objective.batches)
             shares = 1 - alpha.clamp(0, 1).to(ref.dtype)
             gates = {layer: shares[heads] for layer, heads in owner.items()}
-            with gated(model, gates):
-                loss = objective.losses(index, objective.logits(objective.batches[index])).mean()
-            total = loss + l1 * alpha.mean()
             optimizer.zero_grad()
-            total.backward()
+            with objective.differentiated(gates):
+                loss = objective.losses(index, objective.logits(objective.batches[index])).mean()
+                total = loss + l1 * alpha.mean()
+                total.backward()
             optimizer.step()
             progress.save("gate training", {"step": step + 1, "alpha": alpha.detach().cpu().clone(),
                                     "optimizer": copy.deepcopy(optimizer.state_dict())})
