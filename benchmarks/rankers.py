@@ -11,10 +11,21 @@ Timed per round, in a rotating order, on the same model and blocks:
   loo_full      the same without the prefix cache (every replacement runs the whole model)
 Ratios are per round (the two loo variants on the same blocks; taylor against lambda on the same blocks), then
 medians; the spread is the range over rounds. Writes the table to --out (markdown, raw rounds in it).
+
+    HF_HUB_OFFLINE=1 python benchmarks/rankers.py --memory 2048 4096 8192 --out benchmarks/results/smollm2_rankers_cpu.md
+
+--memory: the peak memory of one gates ranking step (papa.method.scorers.train_gates, the task loss on a pass-key
+example of T tokens, batch 1, 90 K/V groups, Toeplitz-shaped structured constants reaching every distance) at each
+T, each in a fresh process (ru_maxrss), with the blocks recomputed in the backward pass (the default from
+papa.method.gates.RECOMPUTE_FROM tokens on) and without (every activation kept, as before), against the model's
+weights, with the step's seconds. Each part writes its own section of --out and keeps the other's.
 """
 
 import argparse
+import json
 import os
+import resource
+import subprocess
 import platform
 import statistics
 import sys
@@ -37,8 +48,15 @@ def main(argv=None):
     parser.add_argument("--blocks", type=int, default=128, help="Blocks of 128 tokens for lambda and taylor.")
     parser.add_argument("--loo_blocks", type=int, default=2, help="Blocks for the two loo variants.")
     parser.add_argument("--rounds", type=int, default=3, help="Interleaved rounds.")
-    parser.add_argument("--out", required=True, help="Markdown file to write.")
+    parser.add_argument("--out", required=True, help="Markdown file to write (its other part's section is kept).")
+    parser.add_argument("--memory", type=int, nargs="+", metavar="T",
+                        help="Instead of the timing: the peak memory of a gates step at these lengths.")
+    parser.add_argument("--memory_child", type=int, nargs=2, metavar=("T", "RECOMPUTE"), help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
+    if args.memory_child:
+        return memory_child(*args.memory_child)
+    if args.memory:
+        return write_section(args.out, memory_section(args.memory))
 
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -98,7 +116,7 @@ def main(argv=None):
         return statistics.median(per_round), min(per_round), max(per_round)
 
     load = os.getloadavg()
-    lines = ["# Rankers' cost on SmolLM2-135M (CPU)", "",
+    lines = [TIME_SECTION, "",
              f"`python benchmarks/rankers.py --blocks {args.blocks} --loo_blocks {args.loo_blocks} --rounds "
              f"{args.rounds}`; {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}; {platform.processor() or platform.machine()}, "
              f"{os.cpu_count()} logical CPUs, torch {torch.__version__}, {torch.get_num_threads()} threads, "
@@ -116,9 +134,88 @@ def main(argv=None):
               f"{l_lo:.2f}–{l_hi:.2f}; goal ≥ 1.7x).",
               f"- loo with the cache per block: {statistics.median(times['loo_reuse']) / args.loo_blocks:.0f} s "
               f"(270 heads, one block of 128 tokens).", ""]
-    with open(args.out, "w") as f:
-        f.write("\n".join(lines))
+    write_section(args.out, lines)
+
+
+TITLE = "# Rankers' cost on SmolLM2-135M (CPU)"
+TIME_SECTION = "## Time at T = 128"
+MEMORY_SECTION = "## Peak memory of a gates step at long T"
+
+
+def write_section(path, lines):
+    """Write `lines` (a section: its heading first) into the markdown file at `path`, in place of the section of the
+    same heading, keeping the other's."""
+    sections = {}
+    if os.path.exists(path):
+        text = open(path, encoding="utf-8").read()
+        for part in text.split("\n## ")[1:]:
+            sections["## " + part.split("\n", 1)[0]] = "## " + part.rstrip("\n")
+    sections[lines[0]] = "\n".join(lines).rstrip("\n")
+    body = [sections[h] for h in (TIME_SECTION, MEMORY_SECTION) if h in sections]
+    with open(path, "w", encoding="utf-8") as f:
+        f.write("\n\n".join([TITLE, *body]) + "\n")
     print("\n".join(lines))
+
+
+def memory_child(seq_len, recompute):
+    """One gates step at `seq_len` in this (fresh) process: prints {"weights", "peak", "seconds"} as JSON (bytes)."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from papa.data.retrieval import as_columns, make_examples
+    from papa.method.attention import patch_model
+    from papa.method.scorers import Objective, make_units, train_gates
+    from papa.models.bundled import local_model_path
+
+    path = local_model_path("smollm2")
+    tokenizer = AutoTokenizer.from_pretrained(path)
+    model = AutoModelForCausalLM.from_pretrained(path, attn_implementation="sdpa").eval()
+    config = model.config
+    L, H = config.num_hidden_layers, config.num_attention_heads
+    # Toeplitz's shape (a sink and a profile reaching every distance): the work does not depend on the values
+    patch_model(model, structured=(torch.ones(L, H, 1), torch.ones(L, H, seq_len)), mix_all_heads=True)
+    columns = as_columns(make_examples("passkey", tokenizer, seq_len, 1, "train"))
+    batch = {k: torch.tensor(columns[k]) for k in ("input_ids", "attention_mask", "labels")}
+    objective = Objective(model, [batch], "lm", scored_only=True, recompute=bool(recompute))
+    units = make_units(L, H, config.num_key_value_heads)
+    start = time.perf_counter()
+    train_gates(objective, units, steps=1)
+    seconds = time.perf_counter() - start
+    weights = sum(p.numel() * p.element_size() for p in model.parameters())
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # Linux: KiB
+    print(json.dumps({"weights": weights, "peak": peak, "seconds": seconds}))
+
+
+def memory_section(lengths):
+    """The memory part's section: each length with and without recomputation, a fresh process each."""
+    rows = []
+    for seq_len in lengths:
+        for recompute in (0, 1):
+            out = subprocess.run([sys.executable, __file__, "--out", os.devnull, "--memory_child", str(seq_len),
+                                  str(recompute)], capture_output=True, text=True)
+            if out.returncode:
+                rows.append((seq_len, recompute, None))
+                print(f"T = {seq_len}, recompute {recompute}: failed\n{out.stderr[-2000:]}", flush=True)
+                continue
+            rows.append((seq_len, recompute, json.loads(out.stdout.strip().splitlines()[-1])))
+            print(f"T = {seq_len}, recompute {recompute}: {rows[-1][2]}", flush=True)
+    load = os.getloadavg()
+    gb = 1e9
+    lines = [MEMORY_SECTION, "",
+             f"`python benchmarks/rankers.py --memory {' '.join(map(str, lengths))}`; "
+             f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}; {platform.processor() or platform.machine()}, "
+             f"{os.cpu_count()} logical CPUs, torch {torch.__version__}, Python {sys.version.split()[0]}; load "
+             f"average at the end {load[0]:.2f}. One gates step (forward and backward, task loss on the pass key's "
+             "answer), batch 1, fp32, 90 K/V groups, Toeplitz-shaped structured constants; a fresh process each; "
+             "peak RSS in GB (10⁹ bytes).", "",
+             "| T | blocks recomputed | weights | peak RSS | peak − weights | step s |", "| ---: | --- | ---: | ---: | ---: | ---: |"]
+    for seq_len, recompute, r in rows:
+        if r is None:
+            lines.append(f"| {seq_len} | {'yes' if recompute else 'no'} | – | failed | – | – |")
+            continue
+        lines.append(f"| {seq_len} | {'yes' if recompute else 'no'} | {r['weights'] / gb:.2f} | {r['peak'] / gb:.2f} | "
+                     f"{(r['peak'] - r['weights']) / gb:.2f} | {r['seconds']:.1f} |")
+    lines += ["", "Goal (issue 74): peak ≤ weights + 4 GB at T = 8 192 (with the blocks recomputed).", ""]
+    return lines
 
 
 if __name__ == "__main__":

@@ -126,7 +126,8 @@ def test_papa_lm_eval_command_runs_lm_evals_cli_with_the_papa_model(tmp_path, sh
 
 @needs_lm_eval
 def test_the_retrieval_tasks_score_each_key_as_greedy_decoding_does(tmp_path):
-    """papa_passkey (loglikelihood: acc is lm-eval's is_greedy) and papa_passkey_generate (decoding, the first
+    """papa_passkey, papa_multikey and papa_multivalue (loglikelihood: acc is lm-eval's is_greedy; every RULER-style
+    task's documents on a real tokenizer: tests/test_ruler.py) and papa_passkey_generate (decoding, the first
     five-digit number) on the tiny decoder, k = 0: each document's acc against the model's own argmax over the
     answer, and the generated key against greedy decoding read off full forwards."""
     import torch
@@ -140,14 +141,20 @@ def test_the_retrieval_tasks_score_each_key_as_greedy_decoding_does(tmp_path):
     metadata = {"seq_len": 260, "count": 3, "tokenizer": files[0]}
     results, samples, counts = evaluate_tasks(lm, ["papa_passkey", "papa_passkey_generate"], metadata=metadata)
     assert counts == {"papa_passkey": 3, "papa_passkey_generate": 3}
+    ruler = ["papa_multikey", "papa_multivalue"]  # papa.data.ruler: longer prompts in this tokenizer (vartrack: 764 tokens)
+    longer = dict(metadata, seq_len=500)
+    _, ruler_samples, ruler_counts = evaluate_tasks(lm, ruler, metadata=longer)
+    assert ruler_counts == {name: 3 for name in ruler}
+    samples.update(ruler_samples)
     model, tok = reference_model(*files, 0), tokenizer_of(files[0])
-    docs = retrieval_documents("passkey", **metadata)["validation"]
-    for row in sorted(samples["papa_passkey"], key=lambda r: r["doc_id"]):
-        doc = docs[row["doc_id"]]
-        context = tok(doc["context"], add_special_tokens=False)["input_ids"]
-        whole = tok(doc["context"] + doc["target"], add_special_tokens=False)["input_ids"]
-        with torch.no_grad():
-            logits = model(input_ids=torch.tensor([whole[:-1]])).logits[0]
-        answer = torch.tensor(whole[len(context):])
-        assert row["acc"] == float(bool((logits[len(context) - 1:].argmax(-1) == answer).all()))
+    for name in ["papa_passkey", *ruler]:
+        docs = retrieval_documents(name.removeprefix("papa_"), **(longer if name in ruler else metadata))["validation"]
+        for row in sorted(samples[name], key=lambda r: r["doc_id"]):
+            doc = docs[row["doc_id"]]
+            context = tok(doc["context"], add_special_tokens=False)["input_ids"]
+            whole = tok(doc["context"] + doc["target"], add_special_tokens=False)["input_ids"]
+            with torch.no_grad():
+                logits = model(input_ids=torch.tensor([whole[:-1]])).logits[0]
+            answer = torch.tensor(whole[len(context):])
+            assert row["acc"] == float(bool((logits[len(context) - 1:].argmax(-1) == answer).all())), name
     assert 0 <= results["papa_passkey_generate"]["exact_match"] <= 1

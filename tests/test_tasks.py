@@ -31,7 +31,8 @@ def test_a_task_of_the_other_kind_names_the_right_script():
 
 def test_registry_lists_the_readme_tasks():
     assert task_names("sequence") == ["cola", "sst2", "mrpc", "qqp", "stsb", "mnli", "qnli", "rte", "wnli", "repeat",
-                                      "lm", "lm_qnli", "lm_mrpc", "passkey", "passkey_multi", "copy"]  # lm runs there
+                                      "lm", "lm_qnli", "lm_mrpc", "passkey", "passkey_multi", "copy", "multikey",
+                                      "multivalue", "vartrack", "common_words"]  # lm runs there
     assert task_names("token") == ["ner", "pos", "chunk"]
     assert get_task("LM", "sequence").kind == "lm"
     assert all(isinstance(spec, TaskSpec) and spec.name == name for name, spec in TASKS.items())

@@ -154,6 +154,11 @@ TASKS = {spec.name: spec for spec in (
     TaskSpec("passkey", "lm", retrieval="passkey", **PASSKEY),
     TaskSpec("passkey_multi", "lm", retrieval="passkey_multi", **PASSKEY),
     TaskSpec("copy", "lm", retrieval="copy", **dict(PASSKEY, main_metrics=("loss", "token_accuracy"))),
+    # RULER-style (papa.data.ruler): several look-ups, the same scoring
+    TaskSpec("multikey", "lm", retrieval="multikey", **PASSKEY),
+    TaskSpec("multivalue", "lm", retrieval="multivalue", **PASSKEY),
+    TaskSpec("vartrack", "lm", retrieval="vartrack", **PASSKEY),
+    TaskSpec("common_words", "lm", retrieval="common_words", **PASSKEY),
 )}
 
 

@@ -66,7 +66,7 @@ def retrieval_documents(papa_task, seq_len=2048, count=50, tokenizer=None, pretr
     The documents also carry "key" and "depth"."""
     from transformers import AutoTokenizer
 
-    from ..data.retrieval import IGNORE, filler_sentences, make_examples
+    from ..data.retrieval import IGNORE, filler_sentences, make_examples, retrieval_kind
     from ..models.bundled import local_model_path
 
     name = tokenizer or (pretrained if isinstance(pretrained, str) else None)
@@ -79,7 +79,7 @@ def retrieval_documents(papa_task, seq_len=2048, count=50, tokenizer=None, pretr
     rows = {"context": [], "target": [], "key": [], "depth": []}
     for e in examples:
         answer = sum(1 for y in e.labels if y != IGNORE)
-        start = len(e.input_ids) - answer - (1 if papa_task == "copy" else 0)  # copy: the second copy, whole
+        start = len(e.input_ids) - answer - retrieval_kind(papa_task).target_before  # copy: the second copy, whole
         first = 1 if e.input_ids[:1] == [tok.bos_token_id] and tok.bos_token_id is not None else 0  # lm-eval adds it
         context, target = tok.decode(e.input_ids[first:start]), tok.decode(e.input_ids[start:])
         bare = context.rstrip()  # a prompt ending in the answer's space: lm-eval puts it before the continuation

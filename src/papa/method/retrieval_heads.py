@@ -58,8 +58,8 @@ def retrieval_scores(objective):
     total = 0
     for batch in objective.batches:
         if "needle" not in batch:
-            raise PapaError("the retrieval ranker needs a retrieval task's data (passkey, passkey_multi, copy): its "
-                            "examples say where the answer is copied from")
+            raise PapaError("the retrieval ranker needs a generated retrieval task's data (passkey or another of "
+                            "papa.data.retrieval.KINDS): its examples say where the answer is copied from")
         ids, needle = batch["input_ids"], batch["needle"]
         rows, positions, targets = scored_positions(objective.labels(batch))
         start, end = needle[rows, 0], needle[rows, 1]
