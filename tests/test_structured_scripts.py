@@ -87,6 +87,34 @@ def test_probing_runs_use_structured_constants_at_any_length(lm_files, tmp_path,
     assert got == pytest.approx(expected, rel=1e-4)
 
 
+def test_toeplitz_constants_of_a_shorter_reach(lm_files, tmp_path):
+    """--window D cuts the Toeplitz profile to its first D distances: written so by the averaging script, and applied
+    so by a probing run reading the whole profile (its perplexity against a model patched here with the cut
+    profile)."""
+    from papa.cli.glue import main as glue
+
+    model, train, valid = lm_files
+    averaging(model, train, tmp_path / "whole", "--constants", "toeplitz")
+    averaging(model, train, tmp_path / "cut", "--constants", "toeplitz", "--window", "4")
+    whole = read_structured(tmp_path / "whole" / STRUCTURED_NAME)
+    cut = read_structured(tmp_path / "cut" / STRUCTURED_NAME)
+    assert whole["profile"].shape == (3, 4, T) and cut["profile"].shape == (3, 4, 4)
+    assert torch.equal(cut["profile"], whole["profile"][..., :4]) and torch.equal(cut["sink"], whole["sink"])
+    static = {layer: [0, 1, 2, 3] for layer in range(3)}
+    sorting = tmp_path / "sort"
+    sorting.mkdir()
+    (sorting / "sorted_heads.json").write_text(json.dumps([[layer, head] for layer in range(3) for head in range(4)]))
+    glue(["--model_name_or_path", model, "--task_name", "lm", "--report_to", "none", "--validation_file", valid,
+          "--do_eval", "--per_device_eval_batch_size", "4", "--static_heads_dir", str(tmp_path / "whole"),
+          "--constants", "toeplitz", "--window", "5", "--max_seq_length", str(T), "--static_heads_num", "12",
+          "--sorting_heads_dir", str(sorting), "--output_dir", str(tmp_path / "k_12")])
+    got = json.loads((tmp_path / "k_12" / "eval_results.json").read_text())["eval_perplexity"]
+    expected = patched_perplexity(model, (whole["sink"], whole["profile"][..., :5]), static, valid, T)
+    assert got == pytest.approx(expected, rel=1e-4)
+    assert got != pytest.approx(patched_perplexity(model, tmp_path / "whole" / STRUCTURED_NAME, static, valid, T),
+                                rel=1e-4)  # the cut changes what the heads read
+
+
 def test_sink_window_constants_and_clear_errors(lm_files, tmp_path, capsys):
     from papa.cli.glue import main as glue
 
@@ -101,8 +129,13 @@ def test_sink_window_constants_and_clear_errors(lm_files, tmp_path, capsys):
               "--output_dir", str(tmp_path / "bad"), "--report_to", "none"])
     assert "holds sink_window constants, not toeplitz: pass --constants sink_window" in capsys.readouterr().err
     with pytest.raises(SystemExit):
-        averaging(model, train, tmp_path / "bad2", "--constants", "toeplitz", "--window", "3")
-    assert "--window is the sink_window constants' window" in capsys.readouterr().err
+        averaging(model, train, tmp_path / "bad2", "--window", "3")
+    assert "--window is the structured constants' reach" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        glue(["--model_name_or_path", model, "--task_name", "lm", "--validation_file", valid, "--do_eval",
+              "--max_seq_length", str(T), "--static_heads_dir", str(tmp_path / "sw"), "--constants", "sink_window",
+              "--window", "5", "--output_dir", str(tmp_path / "bad4"), "--report_to", "none"])
+    assert "holds sink_window constants of window 3, not 5: pass --window 3" in capsys.readouterr().err
     with pytest.raises(SystemExit):
         glue(["--model_name_or_path", model, "--task_name", "lm", "--train_file", train, "--do_train",
               "--sort_calculating", "True", "--head_replacements", "true", "--static_heads_dir", str(tmp_path / "sw"),

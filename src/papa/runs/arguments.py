@@ -149,7 +149,10 @@ class ModelArguments:
                 "structured_constants.pt in --static_heads_dir, from the averaging script's --constants: any "
                 "--max_seq_length; docs/long_context.md)."})
     sink_tokens: int | None = field(default=None, metadata={"help": "The averaging script's; accepted for the sweep."})
-    window: int | None = field(default=None, metadata={"help": "The averaging script's; accepted for the sweep."})
+    window: int | None = field(default=None, metadata={
+        "help": "--constants toeplitz: the constant heads' reach, their profile cut to its first WINDOW distances (a "
+                "head's cache then holds its sink and WINDOW - 1 positions; default: the whole profile); sink_window: "
+                "the averaging script's window, checked against structured_constants.pt."})
 
     def __post_init__(self):
         check_model_paths(self)

@@ -12,6 +12,10 @@ from .command_line import parse_dataclasses
 from .structured_constants import check_structured_flags
 
 
+WINDOW_HELP = ("--constants sink_window: the recent positions each token attends to, itself included (default 64); "
+               "toeplitz: the profile cut to its first WINDOW distances, the constant heads' reach (their cache holds "
+               "the sink and WINDOW - 1 positions; default: all).")
+
 @dataclass
 class AveragingArguments:
     """run_papa_*_avgs_creator.py: the flags of the original's run_glue_no_trainer-style script."""
@@ -69,8 +73,7 @@ class AveragingArguments:
                 "the first --sink_tokens positions and the last --window; reads no data). docs/long_context.md."})
     sink_tokens: int | None = field(default=None, metadata={
         "help": "--constants toeplitz / sink_window: the first positions that are the sink (default 1 / 4)."})
-    window: int | None = field(default=None, metadata={
-        "help": "--constants sink_window: the recent positions each token attends to, itself included (default 64)."})
+    window: int | None = field(default=None, metadata={"help": WINDOW_HELP})
     filler: str = field(default="fixed", metadata={"choices": FILLERS, "help": FILLER_HELP})
     retrieval_depths: list[float] | None = field(default=None, metadata={"help": DEPTHS_HELP, "metavar": "D"})
     mixed_precision: str = field(default="no", metadata={

@@ -12,6 +12,7 @@ from ..method.structured_averaging import (STRUCTURED_NAME, StructuredAverager, 
 
 DEFAULT_SINK_TOKENS = {"toeplitz": 1, "sink_window": 4}
 DEFAULT_WINDOW = 64
+REACHES = ("sink_window", "toeplitz")  # the constants --window cuts: how far back a constant head reads
 
 
 def check_structured_flags(args):
@@ -20,8 +21,9 @@ def check_structured_flags(args):
 
     check_positive(args.sink_tokens, "--sink_tokens")
     check_positive(args.window, "--window")
-    if args.window is not None and args.constants != "sink_window":
-        raise PapaError("--window is the sink_window constants' window: add --constants sink_window, or drop it")
+    if args.window is not None and args.constants not in REACHES:
+        raise PapaError("--window is the structured constants' reach (sink_window's window, toeplitz's cut): add "
+                        "--constants sink_window or toeplitz, or drop it")
     extra = "--mean_outputs" if args.mean_outputs else "--mean_corrections" if args.mean_corrections else None
     if extra and args.constants != "full":
         raise PapaError(f"{extra} records head outputs beside full averages; drop it with --constants {args.constants}")
@@ -53,8 +55,16 @@ def write_sink_window(args, config):
           f"{args.output_dir}")
 
 
+def within_reach(profile, window):
+    """A profile (…, D) cut to its first `window` distances (None: as it is): a constant head's reach, so its cache
+    holds the sink and window − 1 positions (papa/families/generation.py); norm(C·P) renormalises each row over what
+    remains."""
+    return profile if window is None else profile[..., :window].contiguous()
+
+
 def write_toeplitz(args, averager):
     sink, profile = averager.constants()
+    profile = within_reach(profile, args.window)
     save_structured(os.path.join(args.output_dir, STRUCTURED_NAME), sink, profile, "toeplitz", args.max_length,
                     averager.num_examples)
     stage(f"wrote {STRUCTURED_NAME} (toeplitz: sink [{', '.join(map(str, sink.shape))}], profile "
@@ -71,4 +81,11 @@ def run_constants(model_args, config):
     if kind != model_args.constants:
         raise PapaError(f"{path} holds {kind} constants, not {model_args.constants}: pass --constants {kind}, or "
                         f"rerun the averaging script with --constants {model_args.constants}")
-    return load_structured(path, config.num_hidden_layers, config.num_attention_heads)
+    sink, profile = load_structured(path, config.num_hidden_layers, config.num_attention_heads)
+    if kind == "toeplitz":
+        profile = within_reach(profile, model_args.window)
+    elif model_args.window is not None and model_args.window != profile.shape[-1]:
+        raise PapaError(f"{path} holds sink_window constants of window {profile.shape[-1]}, not {model_args.window}: "
+                        f"pass --window {profile.shape[-1]}, or rerun the averaging script with --window "
+                        f"{model_args.window}")
+    return sink, profile

@@ -5,6 +5,7 @@ know are passed through to the training runs."""
 from dataclasses import dataclass, field
 
 from ..data.retrieval import DEPTHS_HELP, FILLER_HELP, FILLERS
+from ..runs.averaging_arguments import WINDOW_HELP
 from ..method.rankers import RANKERS, without_distill_signal
 from ..runs.arguments import SWEEP_CONTROLS, parse_dataclasses
 from ..errors import PapaError, check_positive, check_seed, check_writable_folder
@@ -85,8 +86,7 @@ class SweepArguments:
         "structured_constants.pt, any length: docs/long_context.md)."})
     sink_tokens: int | None = field(default=None, metadata={
         "help": "--constants toeplitz / sink_window: the first positions that are the sink (default 1 / 4)."})
-    window: int | None = field(default=None, metadata={
-        "help": "--constants sink_window: the recent positions each token attends to, itself included (default 64)."})
+    window: int | None = field(default=None, metadata={"help": WINDOW_HELP})
     filler: str = field(default="fixed", metadata={"choices": FILLERS, "help": FILLER_HELP})
     retrieval_depths: list[float] | None = field(default=None, metadata={"help": DEPTHS_HELP, "metavar": "D"})
     train_file: str | None = field(default=None, metadata={"help": "Training file, passed to every stage."})
