@@ -39,6 +39,7 @@ setup(
             "papa-ner-avgs=papa.cli.ner_avgs:main",
             "papa-benchmark=papa.cli.benchmark:main",
             "papa-compare=papa.cli.compare:main",
+            "papa-duo-export=papa.cli.duo_export:main",  # a ranking as DuoAttention's attention pattern
             "papa-lm-eval=papa.cli.lm_eval_cli:main",  # lm-eval's command with the model type papa (extra lm-eval)
         ],
     },

@@ -4,7 +4,7 @@ import importlib
 import sys
 
 COMMANDS = {"sweep": "sweep", "glue": "glue", "glue-avgs": "glue_avgs", "ner": "ner", "ner-avgs": "ner_avgs",
-            "benchmark": "benchmark", "compare": "compare", "lm-eval": "lm_eval_cli"}
+            "benchmark": "benchmark", "compare": "compare", "lm-eval": "lm_eval_cli", "duo-export": "duo_export"}
 
 
 def main(argv=None):
