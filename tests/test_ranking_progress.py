@@ -53,7 +53,7 @@ def ranking_setup():
 OPTIONS = {"taylor": {}, "loo": {}, "iterative_taylor": {}, "iterative": {}, "gates": {"steps": 12}}
 
 
-@pytest.mark.parametrize("ranker, kill_after", [("taylor", 2), ("loo", 3), ("iterative_taylor", 4),
+@pytest.mark.parametrize("ranker, kill_after", [("taylor", 2), ("loo", 6), ("iterative_taylor", 4),
                                                 ("iterative", 7), ("gates", 5)])
 def test_an_interrupted_ranking_resumes_to_the_uninterrupted_one(ranker, kill_after, tmp_path):
     model, batches = ranking_setup()
@@ -71,10 +71,37 @@ def test_an_interrupted_ranking_resumes_to_the_uninterrupted_one(ranker, kill_af
     resumed = rank(ranker, objective, units, progress=progress, **OPTIONS[ranker],
                    **({"log": log[ranker]} if ranker in log else {}))
     assert resumed.units == whole.units and resumed.scores == whole.scores and resumed.extra == whole.extra
-    if ranker in log:
-        assert seen[0] == kill_after if ranker == "gates" else seen[0] == kill_after + 1
+    if ranker == "gates":
+        assert seen[0] == kill_after
+    elif ranker == "loo":  # a save after each of the L layers of a batch and one at its end: killed inside batch 2
+        assert seen[0] == 2
     progress.finish()
     assert not path.exists()
+
+
+@pytest.mark.parametrize("kill_after", [1, 2])
+def test_a_one_batch_loo_ranking_killed_inside_its_batch_resumes_there(kill_after, tmp_path):
+    """One batch (a long context's ranking): killed after the units of `kill_after` of its L layers, the re-run
+    scores only the other layers' units (and the batch's own losses once more) and ranks as the uninterrupted run."""
+    model, batches = ranking_setup()
+    batches = batches[:1]
+    units = make_units(L, H, 2)
+    objective = Objective(model, batches, "lm")
+    forwards = []
+    hook = model.register_forward_hook(lambda *_: forwards.append(1))
+    whole = rank("loo", objective, units, progress=NoProgress())
+    uninterrupted = len(forwards)
+    digest = fingerprint({"ranker": "loo"}, units, batches, model)
+    path = tmp_path / PROGRESS_FILE
+    with pytest.raises(Killed):
+        rank("loo", objective, units, progress=KilledAfter(path, digest, kill_after))
+    assert torch.load(path, weights_only=True)["state"]["loss changes"]["layers"] == kill_after
+    forwards.clear()
+    resumed = rank("loo", objective, units, progress=Progress(path, digest, every_s=0))
+    hook.remove()
+    assert resumed.units == whole.units and resumed.scores == whole.scores  # to the bit
+    per_layer = (uninterrupted - 1) // L  # forwards of one layer's units (all layers have as many units)
+    assert len(forwards) == 1 + (L - kill_after) * per_layer
 
 
 def test_progress_of_another_ranking_is_set_aside(tmp_path):

@@ -231,7 +231,8 @@ def loo_scores(objective, units, chosen=(), reuse_prefix=True, max_rows=64, log=
     """The mean loss change per unit when it is made constant beside the `chosen` units (exact, no
     approximation). `reuse_prefix`: the blocks below a unit's layer are computed once per batch; `max_rows`: at
     most this many sequences (copies × batch) in one forward; `log(batches done, batches)` after each batch. The
-    sums are saved to `progress` after each batch and resumed from it."""
+    sums are saved to `progress` after each layer's units of a batch and resumed from there: a ranking of one batch
+    (a long context's) resumes inside it, its batch's unchanged losses computed again."""
     model = objective.model
     saved = progress.get(scope) or {"batches": 0, "deltas": torch.zeros(len(units), dtype=torch.float64)}
     deltas = saved["deltas"].clone()
@@ -245,6 +246,7 @@ def loo_scores(objective, units, chosen=(), reuse_prefix=True, max_rows=64, log=
     for index, batch in enumerate(objective.batches):
         if index < saved["batches"]:
             continue
+        layers_done = saved.get("layers", 0) if index == saved["batches"] else 0  # of this batch, before a stop
         B = len(batch["input_ids"])
         with gated(model, objective.gates(chosen)):
             if cache is None:
@@ -254,7 +256,9 @@ def loo_scores(objective, units, chosen=(), reuse_prefix=True, max_rows=64, log=
                     base = objective.losses(index, objective.logits(batch))
         base = base.double()
         per_forward = copies_per_forward(B, batch["input_ids"].shape[1], output_width(objective), max_rows)
-        for layer, members in sorted(by_layer.items()):
+        for position, (layer, members) in enumerate(sorted(by_layer.items())):
+            if position < layers_done:
+                continue
             for start in range(0, len(members), per_forward):
                 group = members[start:start + per_forward]
                 copies = len(group)
@@ -275,7 +279,8 @@ def loo_scores(objective, units, chosen=(), reuse_prefix=True, max_rows=64, log=
                 losses = losses.double().view(copies, B)
                 for c, u in enumerate(group):
                     deltas[u] += (losses[c] - base).sum().cpu()
-        progress.save(scope, {"batches": index + 1, "deltas": deltas.clone()})
+            progress.save(scope, {"batches": index, "layers": position + 1, "deltas": deltas.clone()})
+        progress.save(scope, {"batches": index + 1, "layers": 0, "deltas": deltas.clone()})
         if log is not None:
             log(index + 1, len(objective.batches))
     return deltas / objective.num_examples
