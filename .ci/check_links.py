@@ -1,4 +1,4 @@
-"""Every local link in README.md, docs/**/*.md and findings/**/*.md resolves: the file or folder exists, and a
+"""Every local link in README.md, docs/**/*.md, findings/**/*.md and benchmarks/**/*.md resolves: the file or folder exists, and a
 #fragment names a heading of the Markdown file it points into (GitHub's anchors).
 
     python .ci/check_links.py [ROOT]     one line per broken link, exit 1 if any
@@ -46,26 +46,42 @@ def anchors(path):
     return found
 
 
+def link_targets(text):
+    """[(line number, target)] of the links in Markdown `text`: inline ones read over the prose as a whole, so a
+    link whose text wraps onto the next line counts (its line: where its target stands); reference definitions
+    per line."""
+    lines = list(prose_lines(text))
+    prose = "\n".join(line for _, line in lines)
+    starts, offset = [], 0
+    for _, line in lines:
+        starts.append(offset)
+        offset += len(line) + 1
+    found = []
+    for match in INLINE.finditer(prose):
+        index = max(i for i, start in enumerate(starts) if start <= match.start(1))
+        found.append((lines[index][0], match.group(1)))
+    found += [(number, target) for number, line in lines for target in REFERENCE.findall(line)]
+    return found
+
+
 def broken_links(markdown):
     """[(line number, target, why)] of the local links in `markdown` (a Path) that do not resolve."""
     broken = []
-    for number, line in prose_lines(markdown.read_text(encoding="utf-8")):
-        targets = INLINE.findall(line) + REFERENCE.findall(line)
-        for target in targets:
-            if SCHEME.match(target):
-                continue
-            path_part, _, fragment = target.partition("#")
-            resolved = (markdown.parent / path_part).resolve() if path_part else markdown
-            if not resolved.exists():
-                broken.append((number, target, "no such file or folder"))
-            elif fragment and resolved.suffix == ".md" and fragment.lower() not in anchors(resolved):
-                broken.append((number, target, f"no heading #{fragment} in {resolved.name}"))
+    for number, target in link_targets(markdown.read_text(encoding="utf-8")):
+        if SCHEME.match(target):
+            continue
+        path_part, _, fragment = target.partition("#")
+        resolved = (markdown.parent / path_part).resolve() if path_part else markdown
+        if not resolved.exists():
+            broken.append((number, target, "no such file or folder"))
+        elif fragment and resolved.suffix == ".md" and fragment.lower() not in anchors(resolved):
+            broken.append((number, target, f"no heading #{fragment} in {resolved.name}"))
     return broken
 
 
 def markdown_files(root):
     root = Path(root)
-    return [root / "README.md", *(path for folder in ("docs", "findings") if (root / folder).is_dir()
+    return [root / "README.md", *(path for folder in ("docs", "findings", "benchmarks") if (root / folder).is_dir()
                                   for path in sorted((root / folder).rglob("*.md")))]
 
 

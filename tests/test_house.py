@@ -73,6 +73,18 @@ def test_link_checker_reads_findings_too(tmp_path):
     assert check_links.main([str(tmp_path)]) == 1
 
 
+def test_link_checker_reads_links_that_wrap_and_the_benchmarks_pages(tmp_path):
+    check_links = load_module(REPO / ".ci" / "check_links.py")
+    (tmp_path / "README.md").write_text("# R\n\nA [link whose text\nwraps](docs/gone.md) and [one that\nresolves](README.md)"
+                                        "\nand [an anchor\nthat does not](#nope).\n")
+    (tmp_path / "benchmarks" / "results").mkdir(parents=True)
+    (tmp_path / "benchmarks" / "results" / "t.md").write_text("[the script](../nope.py)\n")
+    assert [(n, t) for n, t, _ in check_links.broken_links(tmp_path / "README.md")] == [(4, "docs/gone.md"),
+                                                                                       (7, "#nope")]
+    assert tmp_path / "benchmarks" / "results" / "t.md" in check_links.markdown_files(tmp_path)
+    assert [t for _, t, _ in check_links.broken_links(tmp_path / "benchmarks" / "results" / "t.md")] == ["../nope.py"]
+
+
 def docs_problems(docs):
     """(the .md pages under `docs` counted recursively, the run outputs and scripts found there)."""
     files = [path for path in docs.rglob("*") if path.is_file() and "__pycache__" not in path.parts]
