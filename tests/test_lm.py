@@ -153,7 +153,7 @@ def test_sweep_stages_of_lm(lm_folder, tmp_path):
 
 
 def test_the_default_ranker_is_taylor_on_a_decoder_and_lambda_on_an_encoder(lm_folder, tmp_path, capsys):
-    """λ ranks decoders worse than random orders (docs/rankers.md): a decoder's sweep ranks by taylor unless --ranker
+    """λ's ranking of a decoder's heads sits among random orders (docs/rankers.md): a decoder's sweep ranks by taylor unless --ranker
     is given; an encoder's keeps the paper's λ; λ asked for on a decoder is run, with one line pointing to the docs."""
     from papa.sweep.arguments import parse_sweep_args
     from papa.sweep.run import begin_sweep, make_plan, prepare_sweep

@@ -98,8 +98,8 @@ def rank(name, objective, units, **options):
 
 
 def default_rankers(causal, ranker_loss="task"):
-    """The ranking when --ranker is not given: λ on an encoder, the paper's; taylor on a decoder, where λ ranks worse
-    than random orders (SmolLM2, Gemma-3) and taylor, at about λ's cost, far better (docs/rankers.md)."""
+    """The ranking when --ranker is not given: λ on an encoder, the paper's; taylor on a decoder, where λ's ranking
+    sits among random orders and taylor's, at about λ's cost, beats them all (SmolLM2; docs/rankers.md)."""
     if not causal:
         return (PAPER,)
     if ranker_loss == "distill" and not RANKERS[DECODER].distill:
@@ -114,5 +114,11 @@ def without_distill_signal(names):
     return [n for n in names if not ranker(n).distill]
 
 
-LAMBDA_ON_DECODER = ("note: λ ranks a decoder's heads worse than random orders on SmolLM2 and Gemma-3 "
+def with_distill_signal():
+    """The rankers that have a signal under --ranker_loss distill, as a message lists them ("a, b or c")."""
+    names = [n for n, r in RANKERS.items() if r.distill]
+    return f"{', '.join(names[:-1])} or {names[-1]}"
+
+
+LAMBDA_ON_DECODER = ("note: λ's ranking of SmolLM2's heads sits among random orders, where taylor's beats them all "
                      f"(docs/rankers.md); --ranker {DECODER} ranks by loss at the same cost")

@@ -19,7 +19,7 @@ from .command_line import RENAMED_FLAGS, json_to_argv, modernize_argv, parse_dat
 from ..models.bundled import check_model_path
 from ..models.modeling import training_mode
 from ..data.retrieval import DEPTHS_HELP, FILLER_HELP, FILLERS
-from ..method.rankers import PAPER, RANKERS, without_distill_signal
+from ..method.rankers import PAPER, RANKERS, with_distill_signal, without_distill_signal
 
 # the sweep's control runs (papa.sweep.controls)
 SWEEP_CONTROLS = ("uniform", "random_order", "mean_output", "zero_output", "first_token", "trained_constant",
@@ -164,7 +164,7 @@ class ModelArguments:
         if self.sort_calculating and self.ranker_loss == "distill" and without_distill_signal([self.ranker]):
             raise PapaError(f"--ranker_loss distill has no signal for --ranker {self.ranker} (lambda trains on the "
                             "task's loss; taylor's gradient of the distillation loss is 0 at the stock model): drop "
-                            "it or use loo, iterative or gates")
+                            f"it or use {with_distill_signal()}")
         check_positive(self.lambda_learning_rate, "--lambda_learning_rate")
         check_positive(self.ranker_max_samples, "--ranker_max_samples")
         if self.ranker_sample == "seeded" and self.ranker_max_samples is None:

@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 
 from ..data.retrieval import DEPTHS_HELP, FILLER_HELP, FILLERS
 from ..runs.averaging_arguments import WINDOW_HELP
-from ..method.rankers import RANKERS, without_distill_signal
+from ..method.rankers import RANKERS, with_distill_signal, without_distill_signal
 from ..runs.arguments import SWEEP_CONTROLS, parse_dataclasses
 from ..errors import PapaError, check_positive, check_seed, check_writable_folder
 from ..models.bundled import check_model_path
@@ -46,9 +46,9 @@ class SweepArguments:
                                            "loses least alone on the ranking data: sort/best_of.csv)."})
     ranker: list[str] | None = field(default=None, metadata={
         "nargs": "+", "choices": tuple(RANKERS), "help": "How the heads are ranked (papa.method.rankers; run_papa_glue.py "
-        "--ranker): lambda (the original's trained mixing weights), gates, taylor, loo, iterative, "
-        "iterative_taylor. Default: lambda on an encoder (the paper's), taylor on a decoder (λ ranks a decoder's "
-        "heads worse than random orders: docs/rankers.md). Several rank side by side: the first ranks PAPA's runs "
+        f"--ranker): {', '.join(RANKERS)} (lambda: the original's trained mixing weights). Default: lambda on an "
+        "encoder (the paper's), taylor on a decoder (it beats random orders where λ sits among them: "
+        "docs/rankers.md). Several rank side by side: the first ranks PAPA's runs "
         "(sort/, k_<k>/), each other one its own (sort_<name>/, <name>_k_<k>/), compared with PAPA and with the "
         "random orders in the results."})
     random_orders: int = field(default=1, metadata={
@@ -213,7 +213,7 @@ class SweepArguments:
         bad = without_distill_signal(self.ranker or ())
         if self.ranker_loss == "distill" and bad:
             raise PapaError(f"--ranker_loss distill has no signal for {', '.join(bad)} (taylor's gradient of "
-                            "distillation is 0 at the stock model): rank with loo, iterative or gates, or drop "
+                            f"distillation is 0 at the stock model): rank with {with_distill_signal()}, or drop "
                             "--ranker_loss distill")
 
     @property
