@@ -6,7 +6,7 @@
 
 Evaluation (`--data_dir`): one block of `context` tokens of QNLI's sentences (lm_qnli), a fresh process each,
 peak RSS (ru_maxrss) against the model's weights: the stock model's own evaluation (its forward with labels:
-(T, V) logits and their loss, what HF's Trainer evaluates and PAPA's evaluation did before papa.models.lm_head),
+(T, V) logits and their loss, what HF's Trainer evaluates and PAPA's evaluation did before papa.families.lm_head),
 `papa-glue --do_eval` on it (the LM head in chunks on the scored positions), and `papa-glue --do_eval` on the
 pass-key task at that length (the answer's positions alone).
 

@@ -181,15 +181,34 @@ def reached(graph, start):
     return seen
 
 
+def package(module):
+    """papa.<package> of a module (a top-level module is its own)."""
+    return ".".join(module.split(".")[:2])
+
+
+def test_no_import_circle_between_packages():
+    """Packages are layers: the graph of papa's packages (each module's imports folded onto its package, top-level
+    modules each their own) has no circle either, so no package reaches back into one that imports it."""
+    known = dict(module_names())
+    graph = {}
+    for name, path in known.items():
+        graph.setdefault(package(name), set()).update(package(m) for m in imports(name, path, known)
+                                                      if package(m) != package(name))
+    assert graph["papa.method"] >= {"papa.families"} and "papa.sweep" in graph["papa.cli"]  # the walk sees packages
+    assert import_circles(graph) == []
+    assert import_circles({"p.a": {"p.b"}, "p.b": {"p.a"}}) == [["p.a", "p.b", "p.a"]]
+
+
 def test_reporting_runs_nothing():
-    """papa.reporting reads plans and folders: neither it nor anything it imports imports the sweep's running half;
-    and each of its modules imports first in a fresh process (papa.sweep's __init__ imports run and grid lazily)."""
+    """papa.reporting reads plans and folders: it imports nothing of papa.sweep (the folders' layout is
+    papa.run_folders', below both), so neither it nor anything it imports reaches the sweep's running half; and each
+    of its modules imports first in a fresh process."""
     known = dict(module_names())
     graph = {name: imports(name, path, known) for name, path in known.items()}
     reporting = sorted(name for name in known if name.startswith("papa.reporting."))
     assert "papa.reporting.results" in reporting and "papa.reporting.results" in graph["papa.sweep.run"]
-    running = {name: sorted(m for m in reached(graph, name) if m.startswith(RUNNING)) for name in reporting}
-    assert not any(running.values()), running
+    sweep = {name: sorted(m for m in reached(graph, name) if m.startswith("papa.sweep")) for name in reporting}
+    assert not any(sweep.values()), sweep
     probe = (f"import importlib, sys\nfor name in {reporting!r}:\n"
              "    for loaded in [m for m in sys.modules if m.startswith('papa')]:\n        del sys.modules[loaded]\n"
              "    importlib.import_module(name)\n"

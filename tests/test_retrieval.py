@@ -1,4 +1,4 @@
-"""The long-context retrieval tasks (papa.data.retrieval) and their scoring (papa.models.lm_head): the generator is
+"""The long-context retrieval tasks (papa.data.retrieval) and their scoring (papa.families.lm_head): the generator is
 deterministic for a seed, the key sits where the depth says, every example is exactly T tokens with only the answer
 labelled; the scores are checked against a direct computation from the model's full logits and against greedy
 `generate`."""
@@ -15,7 +15,7 @@ from papa.data.retrieval import (ANSWER, DEPTHS, FIXED_FILLER, INTRO, IGNORE, KE
                                  check_retrieval_flags, filler_sentences, make_examples, word_tokens)
 from papa.data.tasks import get_task
 from papa.errors import PapaError
-from papa.models.lm_head import example_losses, example_scores, final_hidden, output_logits
+from papa.families.lm_head import example_losses, example_scores, final_hidden, output_logits
 from papa.runs.metrics import compute_lm_metrics
 from papa.reporting.intervals import resampled_metric
 

@@ -1,7 +1,7 @@
 """The RULER-style tasks (papa.data.ruler): deterministic for a seed, exactly T tokens with only the answer labelled,
 the answer the one an independent reading of the example's text gives (regular expressions over the decoded prompt:
 the asked key's value, every value of the key in text order, the chain resolved from the asked value, the ten words
-counted most often), the needles where the depth says, and the scoring (papa.models.lm_head) against greedy
+counted most often), the needles where the depth says, and the scoring (papa.families.lm_head) against greedy
 `generate` on the bundled SmolLM2. The real tokenizers (SmolLM2's, Gemma-3's) come from papa.models.bundled; where
 one cannot be had its tests skip."""
 
@@ -155,11 +155,11 @@ def test_lm_eval_documents_of_each_task_are_its_examples_as_text(tmp_path):
 
 def test_the_scores_are_greedy_decoding_on_smollm2():
     """Each task's exact match from one teacher-forced forward against `generate`'s greedy answer, on the real
-    model, a few examples each (papa.models.lm_head.example_scores)."""
+    model, a few examples each (papa.families.lm_head.example_scores)."""
     from transformers import AutoModelForCausalLM
 
     from papa.models.bundled import local_model_path
-    from papa.models.lm_head import example_scores
+    from papa.families.lm_head import example_scores
 
     tokenizer = bundled_tokenizer("smollm2")
     model = AutoModelForCausalLM.from_pretrained(local_model_path("smollm2"), dtype=torch.float32).eval()

@@ -25,7 +25,7 @@ examples has n at each depth, and records the depth it got. Each example is draw
 seeded by the task, the seed, the split and its index, not by T: example i has the same key, depth and filler
 offset at every length, so a length × depth grid compares like with like.
 
-Scoring (papa.models.lm_head): an example's key log-likelihood is the sum over the answer's tokens; it counts as
+Scoring (papa.families.lm_head): an example's key log-likelihood is the sum over the answer's tokens; it counts as
 found (exact match) when greedy decoding from the prompt reproduces the answer's tokens, that is when every answer
 token is the argmax given the tokens before it (teacher forcing: one forward, no decoding loop; tested against
 `generate`).

@@ -106,7 +106,7 @@ def _conll(name, column, labels):
 PAIR = ("sentence1", "sentence2")
 LM = dict(metrics=("perplexity",), main_metrics=("perplexity",), test_splits=(), lower_is_better=("perplexity", "loss"))
 # exact_match: greedy decoding reproduces the answer; token_accuracy: its tokens that are the argmax; loss: nats per
-# answer token (papa.models.lm_head)
+# answer token (papa.families.lm_head)
 PASSKEY = dict(metrics=("exact_match", "token_accuracy", "loss", "perplexity"), main_metrics=("exact_match", "loss"),
                test_splits=(), lower_is_better=("perplexity", "loss"))
 BINARY_IDS = dict(tsv_labels="ids")

@@ -18,7 +18,7 @@ import torch
 
 from ..errors import PapaError
 from ..families import attention_modules
-from ..models.lm_head import final_hidden, scored_positions
+from ..families.lm_head import final_hidden, scored_positions
 from .gates import gated
 
 

@@ -26,7 +26,7 @@ import torch
 import torch.nn.functional as F
 
 from ..errors import PapaError
-from ..models.lm_head import final_hidden, output_logits, scored_positions
+from ..families.lm_head import final_hidden, output_logits, scored_positions
 from .example_losses import distill_losses, task_losses
 from .gates import RECOMPUTE_FROM, PrefixCache, check_mix_mode, gated, recomputed_blocks
 from .ranking_progress import NoProgress
@@ -62,7 +62,7 @@ class Objective:
     """The loss of the ranking data under gates: per-example losses of each batch, the stock outputs kept for
     distillation. `batches`: a list of dicts of tensors on the model's device (labels included). `scored_only` (an lm
     task scoring a few positions: the retrieval tasks): the LM head runs on the labelled positions alone, and both
-    losses are means over them (papa.models.lm_head), so a long context's logits are never made. `recompute`: the
+    losses are means over them (papa.families.lm_head), so a long context's logits are never made. `recompute`: the
     differentiating rankers keep each block's input alone and recompute it in the backward pass
     (papa.method.gates.recomputed_blocks); None: from RECOMPUTE_FROM tokens per sequence on. The stock outputs the
     distillation loss compares with are made once, without autograd, as DuoAttention's teacher: every batch's when

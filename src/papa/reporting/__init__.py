@@ -12,7 +12,7 @@
     plots.py          the figures (matplotlib, Agg)
     compare.py        papa-compare: the paired difference between two finished sweeps
 
-Reporting reads plans (papa.sweep.plan.Plan) and folders and runs nothing: it imports from papa.sweep only the
-folders' layout (papa.sweep.controls: which folder holds which control's run; papa.sweep.stages: the stamp's
-name), never its running half (papa.sweep.run, grid, launchers); tests/test_house.py checks it.
+Reporting reads plans (papa.sweep.plan.Plan, handed to it) and folders and runs nothing: the folders' layout (which
+folder holds which control's run, the stamp's name) is papa.run_folders', below both; it imports nothing of
+papa.sweep, which calls it (tests/test_house.py checks it).
 """

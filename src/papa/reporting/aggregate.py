@@ -12,7 +12,7 @@ import os
 import numpy as np
 
 from ..errors import PapaError
-from ..sweep.controls import run_folder
+from ..run_folders import run_folder
 from .intervals import PredictionStore, change_distribution, percentile_interval
 
 FIXED_COLUMNS = ("k", "fraction_constant")

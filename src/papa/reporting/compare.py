@@ -15,7 +15,7 @@ import os
 from ..errors import PapaError
 from ..io import load_json_object, save_text
 from .aggregate import CHANGE_PREFIX
-from ..sweep.controls import CONTROLS, run_folder
+from ..run_folders import CONTROLS, run_folder
 from .intervals import PredictionStore, change_distribution, change_text, percentile_interval
 
 COLUMNS = ["fraction_constant", "k_a", "k_b", "change_a", "change_b", "diff", "diff_ci_low", "diff_ci_high"]

@@ -18,7 +18,7 @@ them in a table of their own, and summary.md means them across tasks the way it 
 
 import numpy as np
 
-from ..sweep.controls import shares_papa_run
+from ..run_folders import shares_papa_run
 from .intervals import change_text, mean_across_interval, percentile_interval
 
 PAPAS_RUN = "(PAPA's run)"  # a control whose run at this k is PAPA's own: no difference to estimate

@@ -14,7 +14,7 @@ import os
 from ..evaluation.sample_metrics import direction, paired_change
 from ..evaluation.scoring import RESULTS_FILE, SAMPLES_FILE
 from ..io import atomic_path, load_json_object
-from ..sweep.controls import CONTROLS, run_folder
+from ..run_folders import CONTROLS, run_folder
 from .intervals import change_text
 
 PREFIX = "lmeval_"

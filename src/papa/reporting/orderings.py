@@ -21,9 +21,8 @@ import numpy as np
 
 from ..errors import PapaError
 from ..io import load_json_object
-from ..sweep.controls import is_random_order
+from ..run_folders import STAMP, is_random_order
 from .intervals import change_text, percentile_interval
-from ..sweep.stages import STAMP
 
 
 def ranker_change_columns(plan, metric):

@@ -31,8 +31,7 @@ from .claims import claims, claims_markdown, half_k
 from .differences import DIFF_PREFIX, add_differences, difference_column, differences_markdown
 from .intervals import change_text
 from .stability import kendall_tau, read_ranking, seed_stability, stability_markdown, write_stability
-from ..sweep.controls import CONTROLS, run_folder
-from ..sweep.stages import STAMP
+from ..run_folders import CONTROLS, STAMP, run_folder
 
 # eval_* keys that describe the run rather than the model's quality
 NON_METRIC_SUFFIXES = ("runtime", "samples_per_second", "steps_per_second", "samples", "loss", "epoch",

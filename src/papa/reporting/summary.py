@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from ..errors import first_line
 from ..io import save_text
 from .claims import claims, claims_markdown, half_k
-from ..sweep.controls import CONTROLS
+from ..run_folders import CONTROLS
 from .differences import difference_column, grid_differences_markdown
 from .stability import stability_markdown, task_stability, write_stability
 from .intervals import change_text, mean_across_interval

@@ -1,14 +1,14 @@
 """The Trainer's evaluation of an lm task, scored position by position without its (B, T, V) logits.
 
 HF's evaluation loop keeps each batch's logits until its metrics are computed: for an lm task at long T they are the
-largest thing in memory (papa.models.lm_head). `LMTrainer` runs the decoder body once per batch and the LM head on
+largest thing in memory (papa.families.lm_head). `LMTrainer` runs the decoder body once per batch and the LM head on
 the scored positions in chunks, and hands the loop (B, 3) per-example scores instead (summed negative
 log-likelihood, scored tokens, tokens that are the argmax), which the metrics and eval_predictions.jsonl read.
 """
 
 import torch
 
-from ..models.lm_head import example_scores
+from ..families.lm_head import example_scores
 
 
 def lm_trainer_class():

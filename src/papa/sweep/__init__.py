@@ -12,21 +12,13 @@
     grid.py      run_grid: every model x task, each a sweep in its own folder, then the summary
     launchers/   --launcher local (stages side by side) and slurm (a Slurm job per stage): docs/scale_out.md
 
-What the runs found (results.md, summary.md, the intervals, the figures, papa-compare) is papa.reporting's.
+What the runs found (results.md, summary.md, the intervals, the figures, papa-compare) is papa.reporting's; where
+each run lives, which both read, is papa.run_folders'.
 
 Entry points: `papa-sweep` (papa.cli.sweep, papa_scripts/run_papa_sweep.py), `papa-compare` (papa.cli.compare).
 """
 
+from .grid import run_grid
+from .run import run_sweep
+
 __all__ = ["run_grid", "run_sweep"]
-
-
-def __getattr__(name):
-    """run_grid and run_sweep, imported on first use: papa.reporting reads the folders' layout
-    (papa.sweep.controls, stages) without importing the running half, which imports papa.reporting."""
-    if name == "run_grid":
-        from .grid import run_grid
-        return run_grid
-    if name == "run_sweep":
-        from .run import run_sweep
-        return run_sweep
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -30,6 +30,7 @@ from ..io import save_json
 from ..data.tasks import KINDS
 from ..data.tokenized_cache import CACHE_ENV
 from . import controls, orderings
+from ..run_folders import run_folder
 from .child import start_fork_server
 from ..method.rankers import LAMBDA_ON_DECODER, PAPER, RANKERS
 from .defaults import (averaging_flags, check_data_source, check_passthrough, check_structured_controls,
@@ -149,7 +150,7 @@ def make_stages(plan, args, passthrough, training_flags=None):
         sort_dir = plan.ranking_folder(seed)
         sorted_json = os.path.join(sort_dir, "sorted_heads.json")
         for k in plan.ks:
-            stages.append(probing(controls.run_folder(None, k, plan.total_heads, tag),
+            stages.append(probing(run_folder(None, k, plan.total_heads, tag),
                                   f"probing with k={k} constant heads of {plan.total_heads}", k, avgs_dir, sort_dir,
                                   [avgs_pt] + ([sorted_json] if k > 0 else []), seed=seed, tag=tag))
     return stages + controls.control_stages(plan, probing)

@@ -26,9 +26,9 @@ from datetime import datetime, timezone
 
 from ..errors import PapaError
 from ..io import load_json, removed_on_failure, save_json
+from ..run_folders import STAMP
 from .child import StageLine, run_logged
 
-STAMP = "stage.json"
 STAMP_VERSION = 1
 LOG = "log.txt"
 OUTPUT_PLACEHOLDER = "<output_dir>"

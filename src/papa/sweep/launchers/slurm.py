@@ -22,7 +22,8 @@ import time
 from ...errors import PapaError
 from ...io import load_json, load_json_object, save_json
 from ..child import TAIL_LINES
-from ..stages import LOG, STAMP, StageRun, utc_now
+from ...run_folders import STAMP
+from ..stages import LOG, StageRun, utc_now
 from .job import run_in_slurm_job
 
 ACTIVE = {"PENDING", "CONFIGURING", "RUNNING", "COMPLETING", "REQUEUED", "RESIZING", "SUSPENDED", "REQUEUE_HOLD",
