@@ -326,3 +326,48 @@ def test_a_rankers_name_is_written_in_its_registry_only():
 def test_readme_is_a_guide_of_at_most_150_lines():
     n = len((REPO / "README.md").read_text(encoding="utf-8").splitlines())
     assert n <= 150, f"README.md has {n} lines (limit 150): the guide; findings go to findings/, reference to docs/"
+
+
+# Flags two commands declare each for itself, on purpose: the sweep's grid (several values) and its task defaults
+# (None: papa.sweep.defaults), and the averaging scripts, which keep the original no-trainer scripts' own flags and
+# help where their effect differs from the training scripts'. A new flag in two commands belongs in a group of
+# papa.runs.flag_groups instead; this list only shrinks.
+DECLARED_PER_COMMAND = {
+    "model_name_or_path", "task_name", "ranker",  # the sweep: several values run a grid (or several rankers)
+    "max_seq_length", "num_train_epochs", "learning_rate", "per_device_train_batch_size",  # the sweep's task defaults
+    "seed", "output_dir", "data_dir", "train_file", "validation_file", "max_train_samples", "max_eval_samples",
+    "cache_dir",  # the sweep: handed to every stage, its own default folder
+    "config_name", "tokenizer_name", "model_revision", "token", "use_auth_token", "dataset_name",  # the averaging
+    "dataset_config_name", "text_column_name", "label_column_name", "use_papa_preprocess", "original_token_types",
+    "pad_to_max_length", "label_all_tokens", "return_entity_level_metrics", "preprocessing_num_workers",  # scripts'
+}
+
+
+def test_each_flag_is_declared_once():
+    """A flag of papa.runs.flag_groups is declared in its group alone (the commands inherit it), and no other flag is
+    declared by two commands but those listed above."""
+    from collections import defaultdict
+
+    from papa.runs import flag_groups
+    from papa.runs.arguments import DataArguments, ModelArguments, PapaTrainingArguments
+    from papa.runs.averaging_arguments import AveragingArguments, UnusedAveragingArguments
+    from papa.sweep.arguments import SweepArguments
+
+    def own(cls):
+        return set(cls.__dict__.get("__annotations__", {}))
+
+    groups = [flag_groups.StructuredFlags, flag_groups.RetrievalFlags, flag_groups.RankingFlags,
+              flag_groups.LmEvalFlags]
+    commands = [ModelArguments, DataArguments, PapaTrainingArguments, AveragingArguments, UnusedAveragingArguments,
+                SweepArguments]
+    grouped = [name for group in groups for name in own(group)]
+    assert len(grouped) == len(set(grouped))
+    for command in commands:
+        assert not own(command) & set(grouped), (command.__name__, own(command) & set(grouped))
+    assert {"constants", "filler", "ranker_max_samples", "lm_eval_tasks"} <= set(SweepArguments.__dataclass_fields__)
+    owners = defaultdict(list)
+    for command in commands:
+        for name in own(command):
+            owners[name].append(command.__name__)
+    twice = {name for name, where in owners.items() if len(where) > 1}
+    assert twice == DECLARED_PER_COMMAND, (sorted(twice - DECLARED_PER_COMMAND), sorted(DECLARED_PER_COMMAND - twice))

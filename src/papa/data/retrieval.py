@@ -146,12 +146,6 @@ def as_columns(examples):
 
 
 FILLERS = ("fixed", "qnli", "mrpc")  # --filler: the fixed sentences, or QNLI's (Wikipedia) / MRPC's (news) in --data_dir
-# the flags' help, shared by the scripts and the sweep
-FILLER_HELP = ("The retrieval tasks with needles (all but copy and common_words): the text the needles hide in: fixed (the same few sentences "
-               "repeated, as in the landmark-attention pass-key test), or qnli / mrpc (natural sentences of GLUE's QNLI "
-               "(Wikipedia) / MRPC (news) TSVs in --data_dir).")
-DEPTHS_HELP = ("The retrieval tasks: the depths (fractions of the filler before the key, 0 to 1) the examples cycle "
-               "through, example i at the (i mod n)-th (default: 0 0.25 0.5 0.75 1).")
 
 
 def filler_sentences(filler, data_dir, splits):

@@ -15,10 +15,10 @@ from typing import Literal
 from transformers import TrainingArguments
 
 from ..errors import PapaError, check_positive, check_seed, check_writable_folder
+from .flag_groups import LmEvalFlags, RankingFlags, RetrievalFlags, StructuredFlags
 from .command_line import RENAMED_FLAGS, json_to_argv, modernize_argv, parse_dataclasses  # noqa: F401  (public)
 from ..models.bundled import check_model_path
 from ..models.modeling import training_mode
-from ..data.retrieval import DEPTHS_HELP, FILLER_HELP, FILLERS
 from ..method.rankers import PAPER, RANKERS, with_distill_signal, without_distill_signal
 
 # the sweep's control runs (papa.sweep.controls)
@@ -37,7 +37,7 @@ def check_model_paths(args):
 
 
 @dataclass
-class ModelArguments:
+class ModelArguments(RankingFlags, StructuredFlags):
     model_name_or_path: str | None = field(default=None, metadata={
         "help": "HF model name or folder, of any supported family: the encoders BERT, RoBERTa, XLM-R, CamemBERT, "
                 "ELECTRA, DeBERTa v1/v2/v3, ModernBERT and the decoders GPT-2, Llama, Mistral, Qwen2, Qwen3, Gemma2, "
@@ -99,42 +99,13 @@ class ModelArguments:
                                             "copies). Every ranker writes "
                                             "sorted_heads.json and head_scores.csv. A probe task's ranker (not "
                                             "lambda) first trains the probe at k = 0."})
-    lambda_learning_rate: float | None = field(default=None, metadata={
-        "help": "Learning rate of λ (--ranker lambda; default: --learning_rate) or of the gates (--ranker gates; "
-                "default 0.02, DuoAttention's)."})
-    ranker_loss: Literal["task", "distill"] = field(default="task", metadata={
-        "help": "The loss rankers other than lambda measure: the task's (the probe's, or the LM loss), or distill: "
-                "KL from the stock model's outputs (DuoAttention's; needs no labels). taylor's gradient of distill "
-                "is 0 at the stock model, so it takes task."})
     gates_l1: float = field(default=0.05, metadata={
         "help": "--ranker gates: weight of the L1 pull of the gates toward constant attention."})
-    rank_kv_groups: bool = field(default=False, metadata={
-        "help": "Rank a decoder's K/V groups as units (all query heads of a group together: only then do its K "
-                "projection and K cache go); lambda and gates rank a group by its heads' mean."})
-    ranker_steps: int | None = field(default=None, metadata={
-        "help": "--ranker gates: training steps of the gates (default: --max_steps, else --num_train_epochs over the "
-                "ranking data)."})
-    ranker_max_samples: int | None = field(default=None, metadata={
-        "help": "The ranking run ranks on the first N training examples only (the probe of a probe task still trains "
-                "on all of them)."})
-    ranker_sample: str = field(default="first", metadata={
-        "choices": ("first", "seeded"), "help": "Which N training examples --ranker_max_samples ranks on: the first N "
-        "(default), or N drawn at random with --seed, kept in the data's order (the sweep's --seeds with "
-        "--rank_per_seed then ranks each seed on other examples: how much a ranking depends on its data)."})
-    ranker_parts: int | None = field(default=None, metadata={
-        "help": "--ranker loo in N parts, each a process (a Slurm job under the sweep's --launcher slurm): with "
-                "--ranker_part I, score the units of the I-th of N contiguous ranges of layers into ranker_part.pt "
-                "and stop; the sweep then merges the parts (--ranker_merge) into the ranking one process makes."})
     ranker_part: int | None = field(default=None, metadata={"help": "With --ranker_parts N: which part, 1 to N."})
     ranker_merge: list[str] | None = field(default=None, metadata={
         "help": "--ranker loo: rank from the ranker_part.pt files of these folders (the parts of --ranker_parts) "
                 "instead of scoring: the same sorted_heads.json and head_scores.csv as one process's.",
         "metavar": "DIR"})
-    head_replacements: bool = field(default=False, metadata={
-        "help": "With --sort_calculating: also write head_replacements.csv and .png, per head the held-out loss change "
-                "(the first evaluation split, --max_eval_samples) when it alone is replaced by each replacement: "
-                "constant, mean_corrected, mean_output, zero_output, first_token (mean_corrected and mean_output "
-                "read output_corrections.pt and mean_outputs.pt in --static_heads_dir: averaging --mean_corrections)."})
     best_of: bool = field(default=False, metadata={
         "help": "With --sort_calculating: also write best_of.csv, per head the loss change on the ranking data (the "
                 "training split, its first --ranker_max_samples) when it alone is replaced by constant, mean_output "
@@ -144,15 +115,6 @@ class ModelArguments:
     loo_prefix_cache: bool = field(default=True, metadata={
         "help": "--ranker loo / iterative: compute the blocks below a head's layer once per batch and reuse them "
                 "(false: every replacement runs the whole model; the same scores, slower)."})
-    constants: Literal["full", "toeplitz", "sink_window"] = field(default="full", metadata={
-        "help": "What constant heads attend with: full (avgs.pt, the original); toeplitz or sink_window (a decoder's "
-                "structured_constants.pt in --static_heads_dir, from the averaging script's --constants: any "
-                "--max_seq_length; docs/long_context.md)."})
-    sink_tokens: int | None = field(default=None, metadata={"help": "The averaging script's; accepted for the sweep."})
-    window: int | None = field(default=None, metadata={
-        "help": "--constants toeplitz: the constant heads' reach, their profile cut to its first WINDOW distances (a "
-                "head's cache then holds its sink and WINDOW - 1 positions; default: the whole profile); sink_window: "
-                "the averaging script's window, checked against structured_constants.pt."})
 
     def __post_init__(self):
         check_model_paths(self)
@@ -165,13 +127,8 @@ class ModelArguments:
             raise PapaError(f"--ranker_loss distill has no signal for --ranker {self.ranker} (lambda trains on the "
                             "task's loss; taylor's gradient of the distillation loss is 0 at the stock model): drop "
                             f"it or use {with_distill_signal()}")
-        check_positive(self.lambda_learning_rate, "--lambda_learning_rate")
-        check_positive(self.ranker_max_samples, "--ranker_max_samples")
-        if self.ranker_sample == "seeded" and self.ranker_max_samples is None:
-            raise PapaError("--ranker_sample seeded draws the --ranker_max_samples examples to rank on: add "
-                            "--ranker_max_samples N, or drop --ranker_sample")
-        check_positive(self.ranker_steps, "--ranker_steps")
-        check_positive(self.ranker_parts, "--ranker_parts")
+        self.check_ranking()
+        self.check_structured()
         if (self.ranker_parts or self.ranker_merge) and not RANKERS[self.ranker].parts:
             raise PapaError("--ranker_parts and --ranker_merge split --ranker loo's heads into parts: the other rankers "
                             "score every head in one pass or depend on each other's choice; drop them or use loo")
@@ -207,7 +164,7 @@ ORIGINAL_TYPES_HELP = ("PAPA layout: leave token_type_ids where the tokenizer pu
 
 
 @dataclass
-class DataArguments:
+class DataArguments(RetrievalFlags, LmEvalFlags):
     task_name: str | None = field(default=None, metadata={"help": TASK_HELP})
     data_dir: str | None = field(
         default=None, metadata={"help": "Folder with the task's files (GLUE: train.tsv, dev.tsv, test.tsv; CoNLL: "
@@ -244,19 +201,12 @@ class DataArguments:
     return_entity_level_metrics: bool = field(
         default=False, metadata={"help": "Token tasks: also report precision/recall/f1 per entity type."}
     )
-    filler: str = field(default="fixed", metadata={"choices": FILLERS, "help": FILLER_HELP})
-    retrieval_depths: list[float] | None = field(default=None, metadata={"help": DEPTHS_HELP, "metavar": "D"})
-    lm_eval_tasks: list[str] | None = field(default=None, metadata={
-        "help": "lm tasks: after --do_eval, also score the model with these lm-eval tasks (papa_sst2, papa_lm_qnli, "
-                "...: docs/lm_eval.md) into lm_eval_results.json. Needs lm-eval (pip install -e '.[lm-eval]')."})
-    lm_eval_limit: int | None = field(default=None, metadata={"help": "--lm_eval_tasks: the first N documents of each."})
-    lm_eval_data_dir: str | None = field(default=None, metadata={
-        "help": "--lm_eval_tasks: the data root they read (holding glue/SST-2/dev.tsv, ...); default --data_dir."})
 
     def __post_init__(self):
         for flag in ("max_seq_length", "max_train_samples", "max_eval_samples", "max_predict_samples",
-                     "preprocessing_num_workers", "lm_eval_limit"):
+                     "preprocessing_num_workers"):
             check_positive(getattr(self, flag), f"--{flag}")
+        self.check_lm_eval()
 
 
 @dataclass

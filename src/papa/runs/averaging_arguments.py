@@ -4,20 +4,16 @@ the original's run_glue_no_trainer-style script, parsed as every command's are (
 from dataclasses import dataclass, field
 from typing import Literal
 
-from ..data.retrieval import DEPTHS_HELP, FILLER_HELP, FILLERS
 from ..errors import PapaError, check_positive, check_seed, check_writable_folder
 from .arguments import (COLUMN_HELP, DATASET_HELP, ORIGINAL_TYPES_HELP, REVISION_HELP, TASK_HELP, TOKEN_HELP,
                         TRAIN_FILE_HELP, USE_AUTH_TOKEN_HELP, check_model_paths)
 from .command_line import parse_dataclasses
+from .flag_groups import RetrievalFlags, StructuredFlags
 from .structured_constants import check_structured_flags
 
 
-WINDOW_HELP = ("--constants sink_window: the recent positions each token attends to, itself included (default 64); "
-               "toeplitz: the profile cut to its first WINDOW distances, the constant heads' reach (their cache holds "
-               "the sink and WINDOW - 1 positions; default: all).")
-
 @dataclass
-class AveragingArguments:
+class AveragingArguments(StructuredFlags, RetrievalFlags):
     """run_papa_*_avgs_creator.py: the flags of the original's run_glue_no_trainer-style script."""
 
     model_name_or_path: str | None = field(
@@ -65,17 +61,6 @@ class AveragingArguments:
     mean_corrections: bool = field(default=False, metadata={
         "help": "Also write mean_outputs.pt, mean_values.pt and output_corrections.pt (E[A V] - A_avg E[V] per head "
                 "and position, for --replace_heads_with mean_corrected)."})
-    constants: Literal["full", "toeplitz", "sink_window"] = field(default="full", metadata={
-        "help": "What to write: full (avgs.pt and the sums, T x T per head: the original); toeplitz (a causal "
-                "decoder's structured constants, structured_constants.pt: per head a weight on the first "
-                "--sink_tokens positions and a profile over relative distance, averaged straight from the data with "
-                "no T x T tensor kept, applicable at any length); sink_window (StreamingLLM's pattern, uniform on "
-                "the first --sink_tokens positions and the last --window; reads no data). docs/long_context.md."})
-    sink_tokens: int | None = field(default=None, metadata={
-        "help": "--constants toeplitz / sink_window: the first positions that are the sink (default 1 / 4)."})
-    window: int | None = field(default=None, metadata={"help": WINDOW_HELP})
-    filler: str = field(default="fixed", metadata={"choices": FILLERS, "help": FILLER_HELP})
-    retrieval_depths: list[float] | None = field(default=None, metadata={"help": DEPTHS_HELP, "metavar": "D"})
     mixed_precision: str = field(default="no", metadata={
         "help": "Run the forward under autocast in fp16 or bf16 (as the original's accelerate --mixed_precision); "
                 "the sums are still accumulated in float64. One of: no, fp16, bf16."})
@@ -86,6 +71,7 @@ class AveragingArguments:
             raise PapaError("--output_dir is required (the folder avgs.pt goes to)")
         if self.use_auth_token and self.token is None:
             self.token = True  # huggingface_hub: True = the stored token
+        self.check_structured()
         check_structured_flags(self)
         if self.mixed_precision not in MIXED_PRECISIONS:
             raise PapaError(f"--mixed_precision must be one of {', '.join(MIXED_PRECISIONS)}; got {self.mixed_precision!r}")

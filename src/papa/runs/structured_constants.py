@@ -12,18 +12,11 @@ from ..method.structured_averaging import (STRUCTURED_NAME, StructuredAverager, 
 
 DEFAULT_SINK_TOKENS = {"toeplitz": 1, "sink_window": 4}
 DEFAULT_WINDOW = 64
-REACHES = ("sink_window", "toeplitz")  # the constants --window cuts: how far back a constant head reads
 
 
 def check_structured_flags(args):
-    """The averaging script's --constants, --sink_tokens and --window go together."""
-    from ..errors import check_positive
-
-    check_positive(args.sink_tokens, "--sink_tokens")
-    check_positive(args.window, "--window")
-    if args.window is not None and args.constants not in REACHES:
-        raise PapaError("--window is the structured constants' reach (sink_window's window, toeplitz's cut): add "
-                        "--constants sink_window or toeplitz, or drop it")
+    """The averaging script's extra records go with full averages only (the structured flags themselves:
+    papa.runs.flag_groups.StructuredFlags)."""
     extra = "--mean_outputs" if args.mean_outputs else "--mean_corrections" if args.mean_corrections else None
     if extra and args.constants != "full":
         raise PapaError(f"{extra} records head outputs beside full averages; drop it with --constants {args.constants}")

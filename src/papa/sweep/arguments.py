@@ -4,16 +4,15 @@ know are passed through to the training runs."""
 
 from dataclasses import dataclass, field
 
-from ..data.retrieval import DEPTHS_HELP, FILLER_HELP, FILLERS
-from ..runs.averaging_arguments import WINDOW_HELP
 from ..method.rankers import RANKERS, with_distill_signal, without_distill_signal
 from ..runs.arguments import SWEEP_CONTROLS, parse_dataclasses
+from ..runs.flag_groups import LmEvalFlags, RankingFlags, RetrievalFlags, StructuredFlags
 from ..errors import PapaError, check_positive, check_seed, check_writable_folder
 from ..models.bundled import check_model_path
 
 
 @dataclass
-class SweepArguments:
+class SweepArguments(RankingFlags, StructuredFlags, RetrievalFlags, LmEvalFlags):
     """papa-sweep / run_papa_sweep.py. None means the task's default (papa.sweep.defaults)."""
 
     # one value, or several: a grid of every model x task (task_names / model_names list them either way)
@@ -55,40 +54,6 @@ class SweepArguments:
         "help": "Random orders of the heads to compare the rankers with (with the random_order control, or when "
                 "N > 1, which adds it): order 1 is random_order/, order i random_order_<i>/ (seeded by --seed and "
                 "i); their spread and each ranker's differences from each order and from their mean are reported."})
-    ranker_max_samples: int | None = field(default=None, metadata={
-        "help": "The ranking runs other than lambda rank on the first N training examples only (loo and iterative "
-                "cost a forward per head; a probe still trains on all of --max_train_samples; λ trains on them all)."})
-    ranker_sample: str = field(default="first", metadata={
-        "choices": ("first", "seeded"), "help": "Which --ranker_max_samples examples the rankers other than lambda "
-        "rank on: the first N, or N drawn with the ranking run's seed (with --seeds and --rank_per_seed each seed "
-        "ranks on other examples, and results.md gives each ranker's agreement between its seeds' rankings)."})
-    ranker_steps: int | None = field(default=None, metadata={
-        "help": "Training steps of the gates ranker (default: --sort_num_train_epochs over its ranking data)."})
-    ranker_loss: str = field(default="task", metadata={
-        "choices": ("task", "distill"), "help": "The loss of the rankers other than lambda: the task's, or "
-        "distill (KL from the stock model's outputs)."})
-    ranker_parts: int | None = field(default=None, metadata={
-        "help": "--ranker loo: score the heads in N parts (contiguous ranges of layers), each a stage of its own (a "
-                "Slurm job with --launcher slurm, side by side with --launcher local), then merge them into the "
-                "ranking one process makes (sort/)."})
-    rank_kv_groups: bool = field(default=False, metadata={
-        "help": "Rank a decoder's K/V groups as units (every ranker)."})
-    head_replacements: bool = field(default=False, metadata={
-        "help": "The first ranker's ranking runs also write head_replacements.csv and .png (sort/): per head, the "
-                "held-out loss change when it alone is replaced by constant attention, mean_corrected, mean output, "
-                "zero output or first token, with its profile and pattern variance (the averaging pass then records "
-                "the mean corrections)."})
-    lambda_learning_rate: float | None = field(default=None, metadata={
-        "help": "Learning rate of λ (lambda) and of the gates (gates; default 0.02)."})
-    constants: str = field(default="full", metadata={
-        "choices": ("full", "toeplitz", "sink_window"), "help": "What constant heads attend with, in every stage: "
-        "full (avgs.pt, T x T per head: the original); toeplitz or sink_window (a decoder's structured constants, "
-        "structured_constants.pt, any length: docs/long_context.md)."})
-    sink_tokens: int | None = field(default=None, metadata={
-        "help": "--constants toeplitz / sink_window: the first positions that are the sink (default 1 / 4)."})
-    window: int | None = field(default=None, metadata={"help": WINDOW_HELP})
-    filler: str = field(default="fixed", metadata={"choices": FILLERS, "help": FILLER_HELP})
-    retrieval_depths: list[float] | None = field(default=None, metadata={"help": DEPTHS_HELP, "metavar": "D"})
     train_file: str | None = field(default=None, metadata={"help": "Training file, passed to every stage."})
     validation_file: str | None = field(default=None, metadata={"help": "Validation file, passed to the training runs."})
     output_dir: str | None = field(default=None, metadata={
@@ -124,14 +89,6 @@ class SweepArguments:
     bootstrap_samples: int = field(default=1000, metadata={
         "help": "Resamples of the paired bootstrap behind each change's 95 percent interval (seeded: the same "
                 "predictions give the same results.csv)."})
-    lm_eval_tasks: list[str] | None = field(default=None, metadata={
-        "nargs": "+", "help": "lm tasks: also score every k (and every control) with these lm-eval tasks (papa_sst2 "
-        "papa_cola papa_mrpc papa_qnli papa_mnli papa_wnli papa_lm_qnli ..., reading --data_dir; docs/lm_eval.md) "
-        "beside the sweep's metric, in results.md/csv and lm_eval.png. Needs lm-eval (pip install -e '.[lm-eval]')."})
-    lm_eval_limit: int | None = field(default=None, metadata={
-        "help": "--lm_eval_tasks: score the first N documents of each task only."})
-    lm_eval_data_dir: str | None = field(default=None, metadata={
-        "help": "--lm_eval_tasks: the data root they read (holding glue/SST-2/dev.tsv, ...). Default: --data_dir."})
     cache_dir: str | None = field(default=None, metadata={"help": "Hub cache folder, passed to every stage."})
     extra_args: str = field(default="", metadata={
         "help": "More flags for the training runs, as one string: --extra_args=\"--weight_decay 0.01\" (with '='). "
@@ -174,8 +131,9 @@ class SweepArguments:
         if self.task_name is None and self.train_file is None and self.validation_file is None:
             self.task_name = "repeat"  # nothing to read: the built-in task
         for flag in ("num_train_epochs", "sort_num_train_epochs", "learning_rate", "per_device_train_batch_size",
-                     "max_seq_length", "max_train_samples", "max_eval_samples", "lm_eval_limit"):
+                     "max_seq_length", "max_train_samples", "max_eval_samples"):
             check_positive(getattr(self, flag), f"--{flag}")
+        self.check_lm_eval()
         if self.static_heads_nums is not None and not self.static_heads_nums:
             raise PapaError("--static_heads_nums needs at least one value")
         check_positive(self.bootstrap_samples, "--bootstrap_samples")
@@ -200,16 +158,11 @@ class SweepArguments:
         self.ranker = list(dict.fromkeys(self.ranker)) if self.ranker else None  # None: the model's default
         if isinstance(self.random_orders, bool) or self.random_orders < 1:
             raise PapaError(f"--random_orders must be 1 or more; got {self.random_orders}")
-        check_positive(self.ranker_max_samples, "--ranker_max_samples")
-        if self.ranker_sample == "seeded" and self.ranker_max_samples is None:
-            raise PapaError("--ranker_sample seeded draws the --ranker_max_samples examples to rank on: add "
-                            "--ranker_max_samples N, or drop --ranker_sample")
-        check_positive(self.ranker_steps, "--ranker_steps")
-        check_positive(self.ranker_parts, "--ranker_parts")
+        self.check_ranking()
+        self.check_structured()
         if self.ranker_parts and not any(RANKERS[r].parts for r in self.ranker or ()):
             raise PapaError("--ranker_parts splits a ranker's heads into parts: add --ranker "
                             f"{' or '.join(n for n, r in RANKERS.items() if r.parts)}, or drop it")
-        check_positive(self.lambda_learning_rate, "--lambda_learning_rate")
         bad = without_distill_signal(self.ranker or ())
         if self.ranker_loss == "distill" and bad:
             raise PapaError(f"--ranker_loss distill has no signal for {', '.join(bad)} (taylor's gradient of "
