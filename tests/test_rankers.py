@@ -208,3 +208,16 @@ def test_rank_orders_by_ascending_score():
     scored = rank("loo", Objective(mixed, batches, kind), make_units(L, H))
     assert scored.scores == sorted(scored.scores)
     assert len(scored.sorted_heads()) == L * H
+
+
+def test_a_rankers_traits_are_checked_before_a_stage_starts():
+    """The registry says what data a ranker needs and how it splits into parts: the retrieval score is refused on a
+    task without needles (before any stage), and loo's parts scorer is what --ranker_parts runs."""
+    from papa.errors import PapaError
+    from papa.method.rankers import RANKERS, check_ranker_data
+
+    with pytest.raises(PapaError, match="--ranker retrieval reads where a retrieval task's answer is copied from"):
+        check_ranker_data(["taylor", "retrieval"], "lm_qnli", None)
+    check_ranker_data(["retrieval"], "passkey", "passkey")
+    assert [n for n, r in RANKERS.items() if r.needs_retrieval] == ["retrieval"]
+    assert [n for n, r in RANKERS.items() if r.parts] == ["loo"]

@@ -22,7 +22,9 @@ class Ranker:
     steps: bool = False  # reads --ranker_steps
     learning_rate: bool = False  # reads --lambda_learning_rate
     distill: bool = True  # has a signal under --ranker_loss distill (taylor's gradient of it is 0 at the stock model)
-    parts: bool = False  # can score its units in parts (--ranker_parts): each unit's score depends on it alone
+    parts: object = field(default=None, compare=False)  # (objective, units, options) → a score per unit, for a
+    # ranker whose unit's score depends on that unit alone: its units can be scored in parts (--ranker_parts)
+    needs_retrieval: bool = False  # reads a retrieval task's needle spans (papa.data.retrieval): refused elsewhere
     logs_batches: bool = False  # reports each batch it has scored
     outputs: tuple = ("head_scores.csv",)  # the files its stage must leave beside sorted_heads.json, eval_results.json
     score: object = field(default=None, compare=False)  # (objective, units, options) → Scored
@@ -40,10 +42,14 @@ def _taylor(objective, units, options):
     return _sorted(units, absolute, {"first_order_estimate": signed})
 
 
+def _loo_part(objective, units, options):
+    return loo_scores(objective, units, reuse_prefix=options.get("reuse_prefix", True),
+                      max_rows=options.get("max_rows", 64), log=options.get("log"),
+                      progress=options.get("progress", NO_PROGRESS))
+
+
 def _loo(objective, units, options):
-    return _sorted(units, loo_scores(objective, units, reuse_prefix=options.get("reuse_prefix", True),
-                                     max_rows=options.get("max_rows", 64), log=options.get("log"),
-                                     progress=options.get("progress", NO_PROGRESS)))
+    return _sorted(units, _loo_part(objective, units, options))
 
 
 def _iterative(exact):
@@ -73,10 +79,10 @@ RANKERS = {r.name: r for r in (
            outputs=("lambdas.npy",)),
     Ranker("gates", "gates trained for {steps}", steps=True, learning_rate=True, score=_gates),
     Ranker("taylor", "taylor, one pass", distill=False, score=_taylor),
-    Ranker("loo", "loo: each head constant alone", parts=True, logs_batches=True, score=_loo),
+    Ranker("loo", "loo: each head constant alone", parts=_loo_part, logs_batches=True, score=_loo),
     Ranker("iterative", "iterative loo, ten rounds", score=_iterative(exact=True)),
     Ranker("iterative_taylor", "iterative taylor, ten rounds", distill=False, score=_iterative(exact=False)),
-    Ranker("retrieval", "retrieval-head score, one pass", score=_retrieval),
+    Ranker("retrieval", "retrieval-head score, one pass", needs_retrieval=True, score=_retrieval),
 )}
 PAPER, DECODER = "lambda", "taylor"  # the defaults: the paper's ranker on an encoder; a decoder's (default_rankers)
 
@@ -107,6 +113,16 @@ def default_rankers(causal, ranker_loss="task"):
                         f"of distillation is 0 at the stock model): add --ranker "
                         f"{', '.join(n for n, r in RANKERS.items() if r.distill)}")
     return (DECODER,)
+
+
+def check_ranker_data(names, task_name, retrieval):
+    """Before a stage starts: a ranker that reads a retrieval task's needles (`needs_retrieval`) on another task is
+    refused, with the fix."""
+    for name in names:
+        if ranker(name).needs_retrieval and not retrieval:
+            raise PapaError(f"--ranker {name} reads where a retrieval task's answer is copied from; {task_name} has no "
+                            "such data: use --task_name passkey (or another generated retrieval task), or another "
+                            "ranker")
 
 
 def without_distill_signal(names):

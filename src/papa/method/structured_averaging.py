@@ -19,6 +19,7 @@ probabilities' S sink columns and T diagonals under the padding pattern, summed 
 those: O(L·H·T) numbers however long the context, and no T × T tensor beside the probabilities the eager layer makes.
 """
 
+from dataclasses import dataclass
 import torch
 
 
@@ -117,7 +118,25 @@ def fit_full_averages(averages, counts, sink_len=1):
 STRUCTURED_NAME = "structured_constants.pt"
 STRUCTURED_FORMAT = "papa-structured-constants"
 STRUCTURED_VERSION = 1
-KINDS = ("toeplitz", "sink_window")
+
+
+@dataclass(frozen=True)
+class ConstantKind:
+    """What constant heads attend with (--constants): the averaging stage's file, and how it is made."""
+
+    name: str
+    file: str  # what the averaging stage writes and the runs read
+    structured: bool  # a sink and a profile per head, any length, a decoder's (else T x T matrices)
+    averaged: bool  # from the training data (else from the flags alone)
+    default_sinks: int | None = None  # --sink_tokens when not given
+
+
+CONSTANT_KINDS = {k.name: k for k in (
+    ConstantKind("full", "avgs.pt", structured=False, averaged=True),
+    ConstantKind("toeplitz", STRUCTURED_NAME, structured=True, averaged=True, default_sinks=1),
+    ConstantKind("sink_window", STRUCTURED_NAME, structured=True, averaged=False, default_sinks=4),
+)}
+KINDS = tuple(name for name, kind in CONSTANT_KINDS.items() if kind.structured)  # what structured_constants.pt holds
 
 
 def save_structured(path, sink, profile, kind, seq_len, num_examples):

@@ -20,6 +20,7 @@ from .command_line import RENAMED_FLAGS, json_to_argv, modernize_argv, parse_dat
 from ..models.bundled import check_model_path
 from ..models.modeling import training_mode
 from ..method.rankers import PAPER, RANKERS, with_distill_signal, without_distill_signal
+from ..method.structured_averaging import CONSTANT_KINDS
 
 # the sweep's control runs (papa.sweep.controls)
 SWEEP_CONTROLS = ("uniform", "random_order", "mean_output", "zero_output", "first_token", "trained_constant",
@@ -143,7 +144,7 @@ class ModelArguments(RankingFlags, StructuredFlags):
         clash = {"--replace_heads_with " + self.replace_heads_with: self.replace_heads_with != "constant",
                  "--grad_for_classifier_and_static_only": self.grad_for_classifier_and_static_only,
                  "--head_replacements": self.head_replacements}
-        if self.constants != "full" and any(clash.values()):
+        if CONSTANT_KINDS[self.constants].structured and any(clash.values()):
             raise PapaError(f"--constants {self.constants} (structured constants) does not go with "
                             f"{next(f for f, on in clash.items() if on)}, which needs full constant matrices")
 

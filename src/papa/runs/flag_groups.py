@@ -18,13 +18,14 @@ from typing import Literal
 
 from ..data.retrieval import FILLERS
 from ..errors import PapaError, check_positive
+from ..method.structured_averaging import CONSTANT_KINDS
 
-REACHES = ("sink_window", "toeplitz")  # the constants --window cuts: how far back a constant head reads
 
 
 @dataclass
 class StructuredFlags:
-    constants: Literal["full", "toeplitz", "sink_window"] = field(default="full", metadata={
+    constants: str = field(default="full", metadata={
+        "choices": tuple(CONSTANT_KINDS),
         "help": "What constant heads attend with: full (avgs.pt and the sums, T x T per head: the original); toeplitz "
                 "(a causal decoder's structured constants, structured_constants.pt: per head a weight on the first "
                 "--sink_tokens positions and a profile over relative distance, averaged straight from the data with "
@@ -43,7 +44,7 @@ class StructuredFlags:
     def check_structured(self):
         check_positive(self.sink_tokens, "--sink_tokens")
         check_positive(self.window, "--window")
-        if self.window is not None and self.constants not in REACHES:
+        if self.window is not None and not CONSTANT_KINDS[self.constants].structured:  # a structured head's reach
             raise PapaError("--window is the structured constants' reach (sink_window's window, toeplitz's cut): add "
                             "--constants sink_window or toeplitz, or drop it")
 

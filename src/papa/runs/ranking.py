@@ -32,7 +32,7 @@ from ..method.gates import set_gates
 from ..method.profiles import head_kind, head_profiles
 from ..method.ranking import save_ranking
 from ..method.rankers import RANKERS, rank
-from ..method.scorers import Objective, Scored, loo_scores, make_units
+from ..method.scorers import Objective, Scored, make_units
 from ..method.ranking_progress import PROGRESS_FILE, NoProgress, Progress, fingerprint
 
 LAMBDA_NAMES = ("lambdas",)
@@ -193,8 +193,7 @@ def rank_heads(trainer, task, model_args, training_args, train_probe):
         progress = Progress(os.path.join(training_args.output_dir, PROGRESS_FILE), digest)
     if model_args.ranker_parts:  # one part of loo's units, written for the merge
         part = layer_part(units, model_args.ranker_part, model_args.ranker_parts)
-        scores = loo_scores(objective, part, reuse_prefix=options["reuse_prefix"], log=options.get("log"),
-                            progress=progress)
+        scores = entry.parts(objective, part, dict(options, progress=progress))
         if trainer.is_world_process_zero():
             save_part(training_args.output_dir, part, scores, model_args.ranker_part, model_args.ranker_parts, digest)
             progress.finish()

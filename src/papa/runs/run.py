@@ -31,7 +31,8 @@ from ..data.glue import load_sequence_task
 from ..errors import PapaError
 from ..evaluation.scoring import check_lm_eval_run, score_probing_model
 from ..families import family_for
-from ..method.rankers import LAMBDA_ON_DECODER, PAPER, RANKERS
+from ..method.rankers import LAMBDA_ON_DECODER, PAPER, RANKERS, check_ranker_data
+from ..method.structured_averaging import CONSTANT_KINDS
 from ..io import atomic_files, atomic_path
 from ..data.lm import check_lm_flags, check_lm_run, lm_blocks, load_lm_texts
 from ..data.retrieval import check_retrieval_flags, filler_sentences, retrieval_datasets
@@ -125,7 +126,7 @@ def run_averaging(task, args):
     else:
         model = AutoModel.from_pretrained(path, config=config, cache_dir=args.cache_dir, attn_implementation="eager")
     model.to(device)
-    if args.constants == "sink_window":  # no averages: the pattern is the flags'
+    if not CONSTANT_KINDS[args.constants].averaged:  # sink_window: no averages, the pattern is the flags'
         return write_sink_window(args, config) if distributed_context()[0] == 0 else None
     # each process reads a disjoint shard: no example is counted twice, whatever the sizes
     loader = DataLoader(Subset(tokenized, shard(len(tokenized), rank, world_size)),
@@ -140,7 +141,7 @@ def run_averaging(task, args):
                                     averager=structured_averager(args, config, device))
     progress.close()
     averager.all_reduce()
-    if rank == 0 and args.constants == "toeplitz":
+    if rank == 0 and CONSTANT_KINDS[args.constants].structured:  # toeplitz: the structured averager's
         write_toeplitz(args, averager)
     elif rank == 0:
         averager.save(args.output_dir, averages_info(task.name, path or f"untrained {args.model_type}",
@@ -264,6 +265,8 @@ def run_probing(task, model_args, data_args, training_args):
     mode = training_mode(model_args.sort_calculating, model_args.grad_for_classifier_only,
                          model_args.grad_for_classifier_and_static_only)
     check_retrieval_flags(task, data_args.filler, data_args.retrieval_depths)
+    if model_args.sort_calculating:
+        check_ranker_data([model_args.ranker], task.name, task.retrieval)
     if task.kind == "lm":
         check_lm_run(mode, data_args.use_papa_preprocess, model_args.use_freeze_extract_pooler, training_args)
     check_lm_eval_run(task, data_args)

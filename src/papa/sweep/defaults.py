@@ -4,6 +4,7 @@ import dataclasses
 import math
 
 from ..errors import PapaError
+from ..method.structured_averaging import CONSTANT_KINDS
 
 # The original README's hyper-parameters (BERT-base, GLUE and CoNLL).
 README_DEFAULTS = {
@@ -133,7 +134,7 @@ def averaging_flags(training_flags):
 def structured_flags(args):
     """The sweep's --constants (and --sink_tokens, --window) as every stage's flags: the averaging stage writes
     those constants, the training runs read them."""
-    if args.constants == "full":
+    if not CONSTANT_KINDS[args.constants].structured:
         return []
     flags = ["--constants", args.constants]
     for name in ("sink_tokens", "window"):
@@ -186,9 +187,7 @@ FULL_CONSTANT_CONTROLS = ("uniform", "mean_output", "trained_constant")
 
 def constants_file(constants):
     """The averaging stage's artifact for --constants: avgs.pt, or structured_constants.pt."""
-    from ..method.structured_averaging import STRUCTURED_NAME
-
-    return "avgs.pt" if constants == "full" else STRUCTURED_NAME
+    return CONSTANT_KINDS[constants].file
 
 
 def check_structured_controls(plan):

@@ -6,7 +6,7 @@ import os
 from dataclasses import dataclass
 
 from ..errors import PapaError, first_line
-from ..method.rankers import PAPER, default_rankers
+from ..method.rankers import PAPER, check_ranker_data, default_rankers
 from ..models.modeling import default_model_path, local_model_path
 from . import orderings
 from .defaults import default_static_heads_nums, task_defaults
@@ -117,6 +117,7 @@ def make_plan(args, task):
     epochs = float(args.num_train_epochs or defaults["num_train_epochs"])
     causal = is_decoder(model_path)
     rankers = tuple(args.ranker or default_rankers(causal, args.ranker_loss))
+    check_ranker_data(rankers, task.name, task.retrieval)
     return Plan(
         task=task, model_path=model_path, layers=layers, heads_per_layer=heads, ks=ks,
         output_dir=os.path.abspath(args.output_dir or os.path.join("outputs", f"papa_sweep_{task.name}")),
