@@ -1,0 +1,48 @@
+#!/usr/bin/env bash
+# Replays this finding from the repository root into a scratch folder (default outputs/findings/long_context_reach):
+#   bash findings/long_context_reach/run.sh [--quick] [OUT]
+# Full: SmolLM2 at T = 2 048, Toeplitz constants averaged on 16 pass-key examples, round 6's gates ranking of K/V
+# groups (findings/long_context_retrieval/smollm2_t2048/sort_gates), ½ and ¾ of the groups with each constant kind
+# at reaches 64, 256, 1 024 and 2 048, 20 keys each, the stock model on the same keys; the cache after the prompt.
+# About 45 minutes on 2 cores. --quick: T = 512, 2 keys, two reaches, ½ only: about 3 minutes.
+set -euo pipefail
+quick=0
+if [ "${1:-}" = "--quick" ]; then quick=1; shift; fi
+out="${1:-outputs/findings/long_context_reach}"
+here=findings/long_context_reach
+sort=findings/long_context_retrieval/smollm2_t2048/sort_gates
+if [ "$quick" = 1 ]; then T=512; keys=2; train=2; windows="64 256"; ks="135"
+else T=2048; keys=20; train=16; windows="64 256 1024 2048"; ks="135 204"; fi
+export HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1
+mkdir -p "$out"
+common=(--model_name_or_path smollm2 --task_name passkey)
+
+# the inputs: Toeplitz constants of the pass key's training examples, sink_window constants of each window
+[ -f "$out/toeplitz/structured_constants.pt" ] || python papa_scripts/run_papa_glue_avgs_creator.py "${common[@]}" \
+    --max_length "$T" --max_train_samples "$train" --constants toeplitz --output_dir "$out/toeplitz"
+for D in $windows; do
+  [ -f "$out/sink_window_$D/structured_constants.pt" ] || python papa_scripts/run_papa_glue_avgs_creator.py \
+      "${common[@]}" --max_length "$T" --constants sink_window --window "$D" --output_dir "$out/sink_window_$D"
+done
+
+evaluate() {  # name, then the run's own flags
+  local name=$1; shift
+  [ -f "$out/$name/eval_predictions.jsonl" ] || python papa_scripts/run_papa_glue.py "${common[@]}" --do_eval \
+      --max_seq_length "$T" --max_eval_samples "$keys" --per_device_eval_batch_size 1 --output_dir "$out/$name" "$@"
+}
+evaluate stock
+runs=()
+for k in $ks; do
+  for D in $windows; do
+    evaluate "toeplitz_D${D}_k$k" --static_heads_dir "$out/toeplitz" --constants toeplitz --window "$D" \
+        --static_heads_num "$k" --sorting_heads_dir "$sort"
+    evaluate "sink_window_D${D}_k$k" --static_heads_dir "$out/sink_window_$D" --constants sink_window \
+        --window "$D" --static_heads_num "$k" --sorting_heads_dir "$sort"
+    runs+=("toeplitz D=$D k=$k=$out/toeplitz_D${D}_k$k" "sink_window D=$D k=$k=$out/sink_window_D${D}_k$k")
+  done
+done
+python findings/long_context_retrieval/compare.py --reference "stock=$out/stock" --runs "${runs[@]}" \
+    --out "$out/keys_found.md"
+# shellcheck disable=SC2086
+python "$here/cache_bytes.py" --context "$T" --sorted_heads "$sort" --toeplitz "$out/toeplitz" --ks $ks \
+    --windows $windows --out "$out/cache_bytes.md"
