@@ -205,3 +205,38 @@ def test_the_sweep_runs_a_ruler_task_end_to_end(tmp_path):
         predictions = [json.loads(line) for line in (out / f"k_{k}" / "eval_predictions.jsonl").read_text().splitlines()]
         assert len(predictions) == 3
     assert "multikey" in (out / "results.md").read_text()
+
+
+def test_a_ranking_draws_its_examples_from_several_tasks_and_lengths(tmp_path, monkeypatch):
+    """--ranker_tasks and --ranker_lengths: the ranking run's objective gets the first --ranker_max_samples training
+    examples of each task at each length, one per batch, as papa.data.retrieval makes them, scored on the answer
+    alone; the ranking is written as any other's."""
+    import json
+
+    from cli_fixtures import run_command
+    from lm_fixtures import save_tiny_lm
+    from transformers import AutoTokenizer
+
+    import papa.runs.ranking as ranking
+
+    model = save_tiny_lm("llama", tmp_path / "llama")
+    config = json.loads((tmp_path / "llama" / "config.json").read_text())
+    (tmp_path / "llama" / "config.json").write_text(json.dumps(dict(config, max_position_embeddings=1024)))
+    seen = []
+    real = ranking.Objective
+    monkeypatch.setattr(ranking, "Objective", lambda *a, **k: seen.append((a, k)) or real(*a, **k))
+    run_command("glue_avgs", ["--model_name_or_path", model, "--task_name", "passkey", "--max_length", "600",
+                              "--max_train_samples", "2", "--constants", "toeplitz", "--output_dir", tmp_path / "avgs"])
+    run_command("glue", ["--model_name_or_path", model, "--task_name", "passkey", "--do_train", "--max_seq_length",
+                         "500", "--sort_calculating", "True", "--ranker", "taylor", "--constants", "toeplitz",
+                         "--ranker_tasks", "passkey", "passkey_multi", "--ranker_lengths", "500", "600",
+                         "--ranker_max_samples", "2", "--static_heads_dir", tmp_path / "avgs", "--report_to", "none",
+                         "--output_dir", tmp_path / "sort"])
+    (args, kwargs), = seen
+    batches = args[1]
+    tokenizer = AutoTokenizer.from_pretrained(model)
+    expected = [e for kind in ("passkey", "passkey_multi") for length in (500, 600)
+                for e in make_examples(kind, tokenizer, length, 2, "train")]
+    assert [b["input_ids"].tolist() for b in batches] == [[e.input_ids] for e in expected]
+    assert [b["labels"].tolist() for b in batches] == [[e.labels] for e in expected]
+    assert kwargs["scored_only"] and len(json.loads((tmp_path / "sort" / "sorted_heads.json").read_text())) == 12

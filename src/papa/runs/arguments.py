@@ -130,6 +130,9 @@ class ModelArguments(RankingFlags, StructuredFlags):
                             f"it or use {with_distill_signal()}")
         self.check_ranking()
         self.check_structured()
+        if (self.ranker_tasks or self.ranker_lengths) and RANKERS[self.ranker].in_trainer:
+            raise PapaError(f"--ranker_tasks and --ranker_lengths choose the ranking data of the rankers that score on "
+                            f"their own; --ranker {self.ranker} trains in the Trainer on the run's training data")
         if (self.ranker_parts or self.ranker_merge) and not RANKERS[self.ranker].parts:
             raise PapaError("--ranker_parts and --ranker_merge split --ranker loo's heads into parts: the other rankers "
                             "score every head in one pass or depend on each other's choice; drop them or use loo")

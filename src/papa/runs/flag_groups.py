@@ -16,7 +16,8 @@ command declares a flag of a group again.
 from dataclasses import dataclass, field
 from typing import Literal
 
-from ..data.retrieval import FILLERS
+from ..data.retrieval import FILLERS, KINDS as RETRIEVAL_KINDS
+from ..data.tasks import get_task
 from ..errors import PapaError, check_positive
 from ..method.structured_averaging import CONSTANT_KINDS
 
@@ -90,6 +91,17 @@ class RankingFlags:
         "help": "--ranker loo in N parts, contiguous ranges of layers: the sweep runs each as a stage (a Slurm job "
                 "under --launcher slurm) and merges them into the ranking one process makes; a ranking run scores "
                 "the --ranker_part I-th into ranker_part.pt and stops (--ranker_merge merges)."})
+    ranker_tasks: list[str] | None = field(default=None, metadata={
+        "metavar": "TASK",
+        "help": "The rankers other than lambda rank on these generated retrieval tasks' training examples (passkey, "
+                "multikey, ...; --filler, --retrieval_depths as the run's) instead of the run's own training data: "
+                "rank on one task family, score on another (default: the run's task).", "nargs": "+"})
+    ranker_lengths: list[int] | None = field(default=None, metadata={
+        "metavar": "T",
+        "help": "The rankers other than lambda rank on examples of each of these lengths (a retrieval task's, "
+                "generated at each; default: --max_seq_length alone), --ranker_max_samples of each task at each "
+                "length, one per batch. Structured constants apply at every length; make them at the longest "
+                "(docs/long_context.md).", "nargs": "+"})
     head_replacements: bool = field(default=False, metadata={
         "help": "With --sort_calculating (the sweep: its first ranker's ranking runs): also write "
                 "head_replacements.csv and .png, per head the held-out loss change (the first evaluation split, "
@@ -100,6 +112,12 @@ class RankingFlags:
     def check_ranking(self):
         for flag in ("lambda_learning_rate", "ranker_max_samples", "ranker_steps", "ranker_parts"):
             check_positive(getattr(self, flag), f"--{flag}")
+        for length in self.ranker_lengths or ():
+            check_positive(length, "--ranker_lengths")
+        for name in self.ranker_tasks or ():
+            if get_task(name).retrieval is None:
+                raise PapaError(f"--ranker_tasks {name}: the ranking mixture draws generated retrieval tasks "
+                                f"({', '.join(RETRIEVAL_KINDS)}); rank on {name} as the run's own --task_name instead")
         if self.ranker_sample == "seeded" and self.ranker_max_samples is None:
             raise PapaError("--ranker_sample seeded draws the --ranker_max_samples examples to rank on: add "
                             "--ranker_max_samples N, or drop --ranker_sample")

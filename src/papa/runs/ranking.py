@@ -22,6 +22,8 @@ import torch
 from transformers import TrainerCallback
 
 from ..console import stage
+from ..data.retrieval import DEPTHS
+from ..data.tasks import get_task
 from ..errors import PapaError
 from ..families import attention_modules
 from ..families.structured import layer_matrices
@@ -162,7 +164,39 @@ def ranking_batches(trainer, max_samples=None, sample="first"):
     return batches
 
 
-def rank_heads(trainer, task, model_args, training_args, train_probe):
+def mixture_batches(trainer, task, model_args, data_args):
+    """The ranking data of --ranker_tasks / --ranker_lengths: the first --ranker_max_samples training examples of each
+    generated retrieval task at each length (papa.data.retrieval; default 8), one example per batch (each its own
+    length), on the model's device."""
+    from ..data.retrieval import as_columns, filler_sentences, make_examples
+
+    names = model_args.ranker_tasks or [task.name]
+    lengths = model_args.ranker_lengths or [data_args.max_seq_length]
+    if task.kind != "lm":
+        raise PapaError(f"--ranker_tasks and --ranker_lengths rank a decoder on generated retrieval examples, scored "
+                        f"by its LM head; {task.name} trains a probe: use an lm or retrieval --task_name")
+    if any(get_task(name).retrieval is None for name in names):
+        raise PapaError(f"--ranker_lengths draws examples of a generated retrieval task at each length; {task.name} "
+                        "is not one: add --ranker_tasks passkey (or another), or drop --ranker_lengths")
+    sentences = filler_sentences(data_args.filler, data_args.data_dir, ["train"])["train"]
+    device = trainer.args.device
+    batches = []
+    for name in names:
+        for length in lengths:
+            examples = make_examples(get_task(name).retrieval, trainer.processing_class, length,
+                                     model_args.ranker_max_samples or MIXTURE_SAMPLES, "train", sentences,
+                                     data_args.retrieval_depths or DEPTHS)
+            columns = as_columns(examples)
+            for i in range(len(examples)):
+                batches.append({k: torch.tensor([columns[k][i]], device=device)
+                                for k in ("input_ids", "attention_mask", "labels", "needle")})
+    return batches
+
+
+MIXTURE_SAMPLES = 8  # examples of each task at each length when --ranker_max_samples is not given
+
+
+def rank_heads(trainer, task, model_args, training_args, train_probe, data_args=None):
     """A ranking run with a ranker other than λ: `train_probe()` trains the probe at k = 0 (probe tasks), then the
     ranker scores the heads; writes sorted_heads.json and head_scores.csv. The model stays stock afterwards (every
     gate 0), for the evaluation that follows."""
@@ -171,9 +205,13 @@ def rank_heads(trainer, task, model_args, training_args, train_probe):
     if task.kind != "lm":
         train_probe()
     model.eval()
-    batches = ranking_batches(trainer, model_args.ranker_max_samples, model_args.ranker_sample)
+    mixture = bool(model_args.ranker_tasks or model_args.ranker_lengths)
+    if mixture:
+        batches = mixture_batches(trainer, task, model_args, data_args)
+    else:
+        batches = ranking_batches(trainer, model_args.ranker_max_samples, model_args.ranker_sample)
     units = ranking_units(model.config, model_args)
-    objective = Objective(model, batches, task.kind, model_args.ranker_loss, scored_only=bool(task.retrieval))
+    objective = Objective(model, batches, task.kind, model_args.ranker_loss, scored_only=bool(task.retrieval) or mixture)
     entry = RANKERS[model_args.ranker]
     options = {"reuse_prefix": model_args.loo_prefix_cache}
     if entry.logs_batches:

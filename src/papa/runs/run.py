@@ -321,7 +321,7 @@ def run_probing(task, model_args, data_args, training_args):
 
     if training_args.do_train and scores_alone:
         scored = rank_heads(trainer, task, model_args, training_args,
-                            lambda: train_and_save(trainer, tokenizer, None, training_args, checkpoint))
+                            lambda: train_and_save(trainer, tokenizer, None, training_args, checkpoint), data_args)
         if scored is None:  # one part of a ranking (--ranker_part): the merge ranks and evaluates
             return trainer
     elif training_args.do_train:

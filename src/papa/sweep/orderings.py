@@ -36,6 +36,10 @@ def ranker_flags(args, rankers):
             own += ["--ranker_max_samples", str(args.ranker_max_samples)]
             if args.ranker_sample != "first":
                 own += ["--ranker_sample", args.ranker_sample]
+        if not entry.in_trainer and args.ranker_tasks:
+            own += ["--ranker_tasks", *args.ranker_tasks]
+        if not entry.in_trainer and args.ranker_lengths:
+            own += ["--ranker_lengths", *map(str, args.ranker_lengths)]
         if args.ranker_steps is not None and entry.steps:
             own += ["--ranker_steps", str(args.ranker_steps)]
         if args.rank_kv_groups:
