@@ -56,3 +56,19 @@ def save_tiny_lm(name, folder, seed=0, impl="eager"):
     model.save_pretrained(folder)
     tokenizer.save_pretrained(folder)
     return str(folder)
+
+
+def scored_and_generated(model, example, pad_token_id):
+    """(answer tokens found by papa's teacher-forced score, what greedy `generate` continues the prompt with, the
+    answer) for one retrieval example (papa.data.retrieval): the two must agree on whether the answer is found."""
+    from papa.families.lm_head import example_scores
+
+    answer = [y for y in example.labels if y != -100]
+    ids = torch.tensor([example.input_ids])
+    with torch.no_grad():
+        scores = example_scores(model, {"input_ids": ids, "attention_mask": torch.ones_like(ids)},
+                                torch.tensor([example.labels]))
+        prompt = ids[:, :-len(answer)]
+        out = model.generate(prompt, attention_mask=torch.ones_like(prompt), max_new_tokens=len(answer),
+                             do_sample=False, pad_token_id=pad_token_id)
+    return int(scores[0, 2]), out[0, prompt.shape[1]:].tolist(), answer

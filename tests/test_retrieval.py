@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
-from lm_fixtures import make_tokenizer, save_tiny_lm
+from lm_fixtures import make_tokenizer, save_tiny_lm, scored_and_generated
 
 from papa.data.retrieval import (ANSWER, DEPTHS, FIXED_FILLER, INTRO, IGNORE, KEYS, NEEDLE, QUESTION,
                                  check_retrieval_flags, filler_sentences, make_examples, word_tokens)
@@ -312,16 +312,8 @@ def test_on_the_bundled_decoders_exact_match_is_what_greedy_generate_gives(name)
                                                                                      "validation")
     found = []
     for e in examples:
-        answer = [y for y in e.labels if y != IGNORE]
+        scored, generated, answer = scored_and_generated(model, e, tok.eos_token_id)
         assert tok.decode(answer) == e.key and tok.decode(e.input_ids[-len(answer) - 1:-len(answer)]).isspace()
-        ids = torch.tensor([e.input_ids])
-        with torch.no_grad():
-            scores = example_scores(model, {"input_ids": ids, "attention_mask": torch.ones_like(ids)},
-                                    torch.tensor([e.labels]))
-            prompt = ids[:, :-len(answer)]
-            out = model.generate(prompt, attention_mask=torch.ones_like(prompt), max_new_tokens=len(answer),
-                                 do_sample=False, pad_token_id=tok.eos_token_id)
-        generated = out[0, prompt.shape[1]:].tolist()
         found.append(generated == answer)
-        assert (scores[0, 2] == len(answer)) == found[-1], (name, e.key, tok.decode(generated))
+        assert (scored == len(answer)) == found[-1], (name, e.key, tok.decode(generated))
     assert any(found)  # the stock model finds keys at this length: the comparison is not vacuous

@@ -158,25 +158,18 @@ def test_the_scores_are_greedy_decoding_on_smollm2():
     model, a few examples each (papa.families.lm_head.example_scores)."""
     from transformers import AutoModelForCausalLM
 
+    from lm_fixtures import scored_and_generated
+
     from papa.models.bundled import local_model_path
-    from papa.families.lm_head import example_scores
 
     tokenizer = bundled_tokenizer("smollm2")
     model = AutoModelForCausalLM.from_pretrained(local_model_path("smollm2"), dtype=torch.float32).eval()
     outcomes = []
     for kind in TASKS:
         for e in make_examples(kind, tokenizer, 700, 3, "validation"):
-            answer = [y for y in e.labels if y != IGNORE]
-            ids = torch.tensor([e.input_ids])
-            with torch.no_grad():
-                scores = example_scores(model, {"input_ids": ids, "attention_mask": torch.ones_like(ids)},
-                                        torch.tensor([e.labels]))
-                prompt = ids[:, :-len(answer)]
-                out = model.generate(prompt, attention_mask=torch.ones_like(prompt), max_new_tokens=len(answer),
-                                     do_sample=False, pad_token_id=tokenizer.eos_token_id)
-            generated = out[0, prompt.shape[1]:].tolist()
+            scored, generated, answer = scored_and_generated(model, e, tokenizer.eos_token_id)
             outcomes.append(generated == answer)
-            assert (scores[0, 2] == len(answer)) == outcomes[-1], (kind, tokenizer.decode(generated))
+            assert (scored == len(answer)) == outcomes[-1], (kind, tokenizer.decode(generated))
     assert any(outcomes) and not all(outcomes)  # both outcomes occur: the comparison is not vacuous
 
 
