@@ -1,11 +1,11 @@
 #!/bin/bash
 # SmolLM2 SST-2, the scripts by hand: as the sweep's stages but the last-token classifier (no --use_freeze_extract_pooler)
 set -u
-. /work/venv/bin/activate
-export HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 PYTHONPATH=/tmp/papa_head/src OMP_NUM_THREADS=1
-M=/root/.cache/papa/gguf/b179c9523d0e6a0f98a330c7-transformers5.24.0
-O=/work/main/outputs/smollm2_sst2_lt
-D=/work/shared/data/glue/SST-2
+# from the repository root, with the project installed (README step 1)
+export HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 OMP_NUM_THREADS=1
+M=smollm2
+O=outputs/smollm2_sst2_lt
+D=../shared/data/glue/SST-2
 t=$(date +%s)
 [ -f $O/avgs/avgs.pt ] || python -m papa.cli.glue_avgs --model_name_or_path $M --task_name sst2 --data_dir $D --max_length 64 --per_device_train_batch_size 8 --output_dir $O/avgs --use_papa_preprocess true --pad_to_max_length --seed 42 --max_train_samples 256 > $O/avgs.log 2>&1
 echo "avgs $(( $(date +%s)-t ))s" >> $O/times.txt

@@ -1,11 +1,11 @@
 #!/bin/bash
 # SST-2 continued without a ranking run: k = 0 and 270 need none; the random half uses the sweep's seed-42 random order
 set -u
-. /work/venv/bin/activate
-export HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 PYTHONPATH=/tmp/papa_head/src OMP_NUM_THREADS=1
-M=/root/.cache/papa/gguf/b179c9523d0e6a0f98a330c7-transformers5.24.0
-O=/work/main/outputs/smollm2_sst2_lt
-D=/work/shared/data/glue/SST-2
+# from the repository root, with the project installed (README step 1)
+export HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 OMP_NUM_THREADS=1
+M=smollm2
+O=outputs/smollm2_sst2_lt
+D=../shared/data/glue/SST-2
 while pgrep -f "glue_avgs.*smollm2_sst2_lt" > /dev/null; do sleep 5; done
 echo "avgs done $(date -u +%T)" >> $O/times.txt
 COMMON="--model_name_or_path $M --task_name sst2 --data_dir $D --max_seq_length 64 --per_device_train_batch_size 16 --per_device_eval_batch_size 32 --overwrite_output_dir --num_train_epochs 1 --learning_rate 3e-3 --lr_scheduler_type constant --evaluation_strategy no --save_strategy no --use_papa_preprocess --static_heads_dir $O/avgs --save_total_limit 0 --seed 42 --max_train_samples 256 --max_eval_samples 256 --do_train --do_eval --grad_for_classifier_only true --sorting_heads_dir $O/random_order"
