@@ -130,36 +130,49 @@ class SweepArguments(RankingFlags, StructuredFlags, RetrievalFlags, LmEvalFlags)
             check_model_path(model)
         if self.task_name is None and self.train_file is None and self.validation_file is None:
             self.task_name = "repeat"  # nothing to read: the built-in task
-        for flag in ("num_train_epochs", "sort_num_train_epochs", "learning_rate", "per_device_train_batch_size",
-                     "max_seq_length", "max_train_samples", "max_eval_samples"):
-            check_positive(getattr(self, flag), f"--{flag}")
+        self.check_sizes()
         self.check_lm_eval()
+        self.check_seeds()
+        check_writable_folder(self.output_dir or "outputs", "--output_dir")  # the default lies under outputs/
+        self.drop_repeats()
+        self.check_ranking()
+        self.check_structured()
+        self.check_rankers()
+
+    def check_sizes(self):
+        for flag in ("num_train_epochs", "sort_num_train_epochs", "learning_rate", "per_device_train_batch_size",
+                     "max_seq_length", "max_train_samples", "max_eval_samples", "bootstrap_samples"):
+            check_positive(getattr(self, flag), f"--{flag}")
         if self.static_heads_nums is not None and not self.static_heads_nums:
             raise PapaError("--static_heads_nums needs at least one value")
-        check_positive(self.bootstrap_samples, "--bootstrap_samples")
+        if isinstance(self.random_orders, bool) or self.random_orders < 1:
+            raise PapaError(f"--random_orders must be 1 or more; got {self.random_orders}")
+
+    def check_seeds(self):
         check_seed(self.seed, "--seed")
-        check_writable_folder(self.output_dir or "outputs", "--output_dir")  # the default lies under outputs/
-        if self.seeds is not None:
-            if not self.seeds:
-                raise PapaError("--seeds needs at least one value")
-            for seed in self.seeds:
-                check_seed(seed, "--seeds")
-            repeated = sorted({s for s in self.seeds if self.seeds.count(s) > 1})
-            if repeated:  # most likely a typo; a seed run twice would count as two seeds in the std and intervals
-                raise PapaError(f"--seeds lists {', '.join(map(str, repeated))} more than once: give each seed once")
-        if self.rank_per_seed and self.seeds is None:
-            raise PapaError("--rank_per_seed ranks per seed of --seeds: add --seeds S1 S2 ... or drop it")
-        # a single value stays a plain string, as before the grid existed
+        if self.seeds is None:
+            if self.rank_per_seed:
+                raise PapaError("--rank_per_seed ranks per seed of --seeds: add --seeds S1 S2 ... or drop it")
+            return
+        if not self.seeds:
+            raise PapaError("--seeds needs at least one value")
+        for seed in self.seeds:
+            check_seed(seed, "--seeds")
+        repeated = sorted({s for s in self.seeds if self.seeds.count(s) > 1})
+        if repeated:  # most likely a typo; a seed run twice would count as two seeds in the std and intervals
+            raise PapaError(f"--seeds lists {', '.join(map(str, repeated))} more than once: give each seed once")
+
+    def drop_repeats(self):
+        """Each model, task, control and ranker once, in the order given; a single value stays a plain string, as
+        before the grid existed."""
         for name in ("task_name", "model_name_or_path"):
             value = getattr(self, name)
             if isinstance(value, (list, tuple)):
                 setattr(self, name, value[0] if len(value) == 1 else list(dict.fromkeys(value)))
         self.controls = list(dict.fromkeys(self.controls or []))
         self.ranker = list(dict.fromkeys(self.ranker)) if self.ranker else None  # None: the model's default
-        if isinstance(self.random_orders, bool) or self.random_orders < 1:
-            raise PapaError(f"--random_orders must be 1 or more; got {self.random_orders}")
-        self.check_ranking()
-        self.check_structured()
+
+    def check_rankers(self):
         if self.ranker_parts and not any(RANKERS[r].parts for r in self.ranker or ()):
             raise PapaError("--ranker_parts splits a ranker's heads into parts: add --ranker "
                             f"{' or '.join(n for n, r in RANKERS.items() if r.parts)}, or drop it")
