@@ -26,7 +26,9 @@ SEPARATORS = re.compile(r";|&&|\|\||\|")
 
 
 def pages(root=REPO):
-    return [root / "README.md", *sorted((root / "docs").rglob("*.md")), *sorted((root / "findings").rglob("*.md"))]
+    """The pages, and the findings' replay scripts (read as one code block)."""
+    return [root / "README.md", *sorted((root / "docs").rglob("*.md")), *sorted((root / "findings").rglob("*.md")),
+            *sorted((root / "findings").glob("*/run.sh"))]
 
 
 def shown_commands(text):
@@ -123,8 +125,10 @@ def accepted_flags(key, argv):
 
 def unknown_flags(page, root=REPO):
     """[(line, program, flag)] of the flags a page's commands give that their program does not have."""
-    problems = []
-    for number, command in shown_commands(page.read_text(encoding="utf-8")):
+    problems, text = [], page.read_text(encoding="utf-8")
+    if page.suffix == ".sh":
+        text = f"```bash\n{text}\n```"  # line numbers shift by one
+    for number, command in shown_commands(text):
         try:
             words = shlex.split(command, comments=True)
         except ValueError:
@@ -137,7 +141,7 @@ def unknown_flags(page, root=REPO):
         for word in words[skip:] if flags is not None else ():
             flag = word.split("=", 1)[0]
             if FLAG.fullmatch(flag) and flag not in flags:
-                problems.append((number, key, flag))
+                problems.append((number - (page.suffix == ".sh"), key, flag))
     return problems
 
 
@@ -150,6 +154,13 @@ def test_the_checker_finds_a_misspelt_flag_and_reads_what_a_page_shows(tmp_path)
     assert [n for n, _ in commands] == [1, 5, 5, 5, 7]  # the for loop's three parts
     assert unknown_flags(page) == [(1, "papa-duo-export", "--ouptut_dir"),
                                    (5, "papa_scripts/run_papa_glue.py", "--static_heads_numb")]
+
+
+def test_a_replay_script_is_read_as_code(tmp_path):
+    script = tmp_path / "run.sh"
+    script.write_text('set -e\n[ -f x ] || python papa_scripts/run_papa_glue.py "${common[@]}" \\\n'
+                      '    --do_eval --max_eval_sample 2\n')
+    assert unknown_flags(script) == [(2, "papa_scripts/run_papa_glue.py", "--max_eval_sample")]
 
 
 @pytest.mark.slow
