@@ -150,6 +150,17 @@ def test_plots_write_valid_pngs(tmp_path):
     assert not [p for p in os.listdir(tmp_path) if p.endswith(".tmp")]
 
 
+def test_a_bound_on_its_value_up_to_rounding_plots(tmp_path):
+    """A bootstrap bound equal to the point estimate but for the last bit made a negative error bar, which matplotlib
+    refuses (a sweep on 2 held-out blocks stopped at its figure)."""
+    value, low = -0.3902586958016675, -0.3902586958016673
+    assert 100 * value - 100 * low < 0  # the bar as it was computed
+    plots.plot_differences([0, 36], {"uniform": [(0.0, 0.0, 0.0), (value, low, -0.2)]}, tmp_path / "d.png",
+                           "model on task", 72)
+    assert_valid_png(tmp_path / "d.png")
+    assert plots.error_bars(np.array([1.0]), np.array([1.0 + 1e-15]), np.array([2.0]))[0].tolist() == [0.0]
+
+
 @pytest.mark.parametrize("argv, message", [
     (["--task_name", "nope"], "unknown task"),
     (["--static_heads_nums", "0", "99"], "outside 0..72"),

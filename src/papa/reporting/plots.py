@@ -138,6 +138,12 @@ def plot_lambdas(lambdas, path, title="λ of the ranking run"):
     return _save(fig, path)
 
 
+def error_bars(y, low, high):
+    """matplotlib's yerr for intervals [low, high] around y: an end that lies on the value up to float rounding
+    (a bootstrap bound equal to the point estimate) is a bar of 0, not a negative one matplotlib refuses."""
+    return [np.clip(y - low, 0, None), np.clip(high - y, 0, None)]
+
+
 def plot_differences(ks, differences, path, title, total_heads):
     """Each control's difference from PAPA (in percentage points of the k = 0 score) against k, with its 95%
     interval as an error bar; `differences`: {label: [(value, low, high) per k]}, values as fractions."""
@@ -152,7 +158,7 @@ def plot_differences(ks, differences, path, title, total_heads):
         if not shown:
             continue
         x, y, low, high = (np.array(v) for v in zip(*shown))
-        ax.errorbar(x, y, yerr=[y - low, high - y], capsize=2.5, linewidth=1.0, markersize=4, label=label,
+        ax.errorbar(x, y, yerr=error_bars(y, low, high), capsize=2.5, linewidth=1.0, markersize=4, label=label,
                     marker=style["marker"], linestyle=style["linestyle"])
     ax.set_xticks(ks)
     ax.set_xlabel(f"number of constant heads (of {total_heads})")
@@ -224,7 +230,7 @@ def plot_summary(panels, path, title="PAPA: relative change against the fraction
                         **style)
                 if bars:
                     x, y, low, high = (np.array(v) for v in zip(*bars))
-                    ax.errorbar(x, y, yerr=[y - low, high - y], fmt="none", ecolor=colour, elinewidth=0.9,
+                    ax.errorbar(x, y, yerr=error_bars(y, low, high), fmt="none", ecolor=colour, elinewidth=0.9,
                                 capsize=2.5, alpha=0.7)
                 task_keys.setdefault(task, Line2D([], [], color=colour, linewidth=1.8, marker="o"))
                 if not papa:
