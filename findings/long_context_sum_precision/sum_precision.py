@@ -23,7 +23,7 @@ from papa.method.averaging import AttentionAverager, accumulate_attention
 from papa.models.bundled import local_model_path
 from papa.models.pretrained import load_config_and_tokenizer
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # the repository root
 
 
 class Both(AttentionAverager):

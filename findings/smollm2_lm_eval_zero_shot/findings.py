@@ -7,10 +7,10 @@
 
 Each k is scored once through the model type `papa` (papa.evaluation.harness.PapaLM) into WORK_DIR/k_<k>/
 (lm_eval_results.json, lm_eval_samples.jsonl; a task scored at a k is not redone, one added later goes into a
-subfolder); then results.md and results.csv are
-written beside this script: per task, metric and k, lm-eval's value with a 95% interval (± 1.96 of its standard
-error), the change against k = 0 with a 95% paired bootstrap interval over the documents, and, at k = 0, whether
-the model is distinguishable from chance (the majority label's rate among the documents scored; MCC 0).
+subfolder); then results.md and results.csv are written beside this script (or into --out_dir, as the replay
+script run.sh does): per task, metric and k, lm-eval's value with a 95% interval (± 1.96 of its standard error), the
+change against k = 0 with a 95% paired bootstrap interval over the documents, and, at k = 0, whether the model is
+distinguishable from chance (the majority label's rate among the documents scored; MCC 0).
 """
 
 import argparse
@@ -74,6 +74,8 @@ def main(argv=None):
     parser.add_argument("--limit", type=int, default=200)
     parser.add_argument("--batch_size", type=int, default=8)
     parser.add_argument("--bootstrap_samples", type=int, default=1000)
+    parser.add_argument("--out_dir", default=HERE, help="where results.md and results.csv go (default: beside this "
+                        "script, the committed tables)")
     args = parser.parse_args(argv)
 
     from papa.evaluation.sample_metrics import paired_change
@@ -99,7 +101,8 @@ def main(argv=None):
         if task in GLUE:
             n = len(runs[args.ks[0]][1][task][next(iter(runs[args.ks[0]][1][task]))])
             chance[task] = 0.0 if task == "papa_cola" else majority_rate(task, args.data_dir, n)
-    with open(os.path.join(HERE, "results.csv"), "w", newline="") as f:
+    os.makedirs(args.out_dir, exist_ok=True)
+    with open(os.path.join(args.out_dir, "results.csv"), "w", newline="") as f:
         writer = csv.DictWriter(f, fieldnames=list(rows[0]), lineterminator="\n")
         writer.writeheader()
         writer.writerows(rows)
@@ -114,7 +117,7 @@ def main(argv=None):
             note = f"{'at chance' if at else 'above chance' if row['ci_low'] > base else 'below chance'} ({base:.3f})"
         lines.append(f"| {row['task']} | {row['metric']} | {row['k']} | {row['value']:.4f}{interval} | "
                      f"{change_text(row['change'], row['change_ci_low'], row['change_ci_high'])} | {note} |")
-    with open(os.path.join(HERE, "results.md"), "w") as f:
+    with open(os.path.join(args.out_dir, "results.md"), "w") as f:
         command = " ".join(["python", "findings/smollm2_lm_eval_zero_shot/findings.py", *sys.argv[1:]])
         f.write(command + "\n\n" + "\n".join(lines) + "\n")
     print("\n".join(lines))
