@@ -1,0 +1,41 @@
+#!/usr/bin/env bash
+# Replays this finding from the repository root into a scratch folder (default outputs/findings/kvpress_side_by_side):
+#   bash findings/kvpress_side_by_side/run.sh [--quick] [OUT]
+# requires: kvpress
+# (kvpress in an environment of its own, made here by make_env.sh at $KVPRESS_VENV, default outputs/kvpress_venv; the
+# project's tests skip this replay, their environment has no kvpress.)
+# Full: the pass-key prompts at 2 048 (20 keys) and 8 192 tokens (10 keys); PAPA's side (the stock model, the first
+# ¼ ½ ¾ of round 6's gates ranking of K/V groups constant, Toeplitz constants cut to a reach of 64 and sink_window
+# constants of 64) and kvpress's (StreamingLLM, SnapKV, TOVA, Knorm, ExpectedAttention, PyramidKV, AdaKV,
+# DuoAttention given PAPA's ranking, a random press, each removing ¼ ½ ¾); the table. About 6 hours on 2 cores, most
+# of it at 8 192 (about 1 minute a prompt a method). --quick: T = 512, 2 keys, ½ only, four presses: a few minutes
+# once kvpress's environment exists (making it takes about 5 minutes).
+set -euo pipefail
+quick=0
+if [ "${1:-}" = "--quick" ]; then quick=1; shift; fi
+out="${1:-outputs/findings/kvpress_side_by_side}"
+here=findings/kvpress_side_by_side
+venv="${KVPRESS_VENV:-outputs/kvpress_venv}"
+sort=findings/long_context_retrieval/smollm2_t2048/sort_gates
+export HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 HF_HUB_DISABLE_PROGRESS_BARS=1 TRANSFORMERS_VERBOSITY=error
+if [ "$quick" = 1 ]; then
+  lengths="512"; keys="2"; ks="135"; ratios="0.5"; presses=(--presses StreamingLLM SnapKV random "DuoAttention (PAPA's ranking)")
+else
+  lengths="2048 8192"; keys="20 10"; ks="66 135 204"; ratios="0.25 0.5 0.75"; presses=()
+fi
+mkdir -p "$out"
+bash "$here/make_env.sh" "$venv"
+# shellcheck disable=SC2086
+python "$here/prompts.py" --lengths $lengths --keys $keys --out "$out/prompts.jsonl"
+python -m papa duo-export "$sort" --model_name_or_path smollm2 --sink_size 4 --recent_size 64 \
+    --output_dir "$out/duo_pattern"
+# shellcheck disable=SC2086
+[ -f "$out/papa.jsonl" ] || python "$here/papa_side.py" --prompts "$out/prompts.jsonl" \
+    --sorted_heads "$sort/sorted_heads.json" --toeplitz findings/long_context_reach/t2048/toeplitz --ks $ks \
+    --window 64 --out "$out/papa.jsonl"
+model="$(python -c 'from papa.models.bundled import local_model_path; print(local_model_path("smollm2"))')"
+# shellcheck disable=SC2086
+[ -f "$out/presses.jsonl" ] || "$venv/bin/python" "$here/press_side.py" --model "$model" \
+    --prompts "$out/prompts.jsonl" --ratios $ratios "${presses[@]}" --duo_pattern "$out/duo_pattern" \
+    --out "$out/presses.jsonl"
+python "$here/table.py" --rows "$out/papa.jsonl" "$out/presses.jsonl" --out "$out/results.md"

@@ -1,0 +1,80 @@
+"""The side-by-side table: per prompt length, each method and fraction's keys found (95% Wilson interval), its
+cache during decoding as measured (× the stock model's on the same prompts) and as the press says it removed, median
+prefill seconds, decode milliseconds per token and how far the resident memory grew during a prompt (measure.PeakRss).
+
+    python findings/kvpress_side_by_side/table.py --rows OUT/papa.jsonl OUT/presses.jsonl --out OUT/results.md
+"""
+
+import argparse
+import json
+import math
+import os
+import statistics
+import time
+from collections import defaultdict
+
+Z = 1.959963984540054  # the 97.5th percentile of the standard normal
+
+
+def wilson(found, n, z=Z):
+    """The Wilson score interval of a proportion found / n, as (low, high)."""
+    if n == 0:
+        return (0.0, 1.0)
+    p = found / n
+    centre = (p + z * z / (2 * n)) / (1 + z * z / n)
+    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / (1 + z * z / n)
+    return (max(0.0, centre - half), min(1.0, centre + half))
+
+
+def stock_bytes(rows):
+    """{(length, index): the stock model's cache bytes on that prompt}."""
+    return {(r["length"], r["index"]): r["cache_bytes"] for r in rows if r["method"] == "stock"}
+
+
+def table(rows):
+    stock = stock_bytes(rows)
+    cells = defaultdict(list)
+    for r in rows:
+        cells[(r["length"], r["method"], r["fraction"])].append(r)
+    lines = []
+    for length in sorted({r["length"] for r in rows}):
+        lines += [f"## {length} tokens", "",
+                  "| method | removed (nominal) | cache × stock (measured) | removed (the press's own) | keys found | "
+                  "95% interval | prefill s | decode ms/token | RSS growth MB |",
+                  "| --- | ---: | ---: | ---: | ---: | --- | ---: | ---: | ---: |"]
+        keyed = sorted((k for k in cells if k[0] == length), key=lambda k: (k[2], k[1] != "stock", k[1]))
+        for _, method, fraction in keyed:
+            group = cells[(length, method, fraction)]
+            hits, n = sum(r["found"] for r in group), len(group)
+            low, high = wilson(hits, n)
+            ratio = statistics.median(r["cache_bytes"] / stock[(length, r["index"])] for r in group)
+            own = statistics.median(r.get("removed_share", 1 - r["cache_bytes"] / stock[(length, r["index"])])
+                                    for r in group)
+            lines.append(
+                f"| {method} | {fraction:.2f} | {ratio:.3f} | {own:.3f} | {hits}/{n} | [{low:.2f}, {high:.2f}] | "
+                f"{statistics.median(r['prefill_s'] for r in group):.2f} | "
+                f"{1000 * statistics.median(r['decode_s_per_token'] for r in group):.1f} | "
+                f"{statistics.median(r['peak_rss_growth'] for r in group) / 1e6:.0f} |")
+        lines.append("")
+    return lines
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--rows", nargs="+", required=True, help="papa_side.py's and press_side.py's JSON lines.")
+    parser.add_argument("--out", required=True, help="The markdown table to write.")
+    args = parser.parse_args(argv)
+    rows = [json.loads(line) for path in args.rows for line in open(path)]
+    load = os.getloadavg()
+    head = [f"# PAPA and kvpress's presses, SmolLM2, pass key: {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}",
+            "", f"{os.cpu_count()} cores, load average {load[0]:.1f} / {load[1]:.1f} / {load[2]:.1f} at the end; "
+            "float32, batch 1. Times are medians over the prompts, each side's methods interleaved per prompt.", ""]
+    text = "\n".join(head + table(rows)) + "\n"
+    with open(args.out + ".tmp", "w") as f:
+        f.write(text)
+    os.replace(args.out + ".tmp", args.out)
+    print(text)
+
+
+if __name__ == "__main__":
+    main()

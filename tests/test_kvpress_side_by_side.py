@@ -1,0 +1,51 @@
+"""The peer benchmark's own arithmetic (findings/kvpress_side_by_side): its Wilson interval against scipy's, the
+table's cache ratio against the stock row of the same prompt, and the measuring code both sides share, on a tiny
+decoder (its greedy decoding against transformers' generate). kvpress itself is not needed here."""
+
+import json
+
+import pytest
+import torch
+
+from conftest import REPO, load_module
+
+FOLDER = REPO / "findings" / "kvpress_side_by_side"
+table = load_module(FOLDER / "table.py")
+measure = load_module(FOLDER / "measure.py")
+
+
+@pytest.mark.parametrize("found, n", [(0, 10), (10, 10), (5, 10), (1, 20), (81, 263), (40, 50)])
+def test_wilson_matches_scipy(found, n):
+    from scipy.stats import binomtest
+
+    interval = binomtest(found, n).proportion_ci(confidence_level=0.95, method="wilson")
+    assert table.wilson(found, n) == pytest.approx((interval.low, interval.high), abs=1e-12)
+
+
+def test_the_table_divides_by_the_stock_row_of_the_same_prompt(tmp_path):
+    rows = [{"method": "stock", "fraction": 0.0, "length": 8, "index": i, "found": True, "cache_bytes": b,
+             "prefill_s": 1.0, "decode_s_per_token": 0.1, "peak_rss_growth": 0} for i, b in ((0, 100), (1, 200))]
+    rows += [{"method": "press", "fraction": 0.5, "length": 8, "index": i, "found": i == 0, "cache_bytes": b,
+              "removed_share": 0.5, "prefill_s": 1.0, "decode_s_per_token": 0.1, "peak_rss_growth": 0}
+             for i, b in ((0, 50), (1, 120))]
+    path = tmp_path / "rows.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    table.main(["--rows", str(path), "--out", str(tmp_path / "t.md")])
+    press = next(line for line in (tmp_path / "t.md").read_text().splitlines() if line.startswith("| press"))
+    assert "| 0.550 |" in press and "| 1/2 |" in press  # median of 0.5 and 0.6, not of the bytes
+
+
+def test_greedy_decoding_on_a_prefilled_cache_is_generates():
+    from transformers import DynamicCache, LlamaConfig, LlamaForCausalLM
+
+    torch.manual_seed(0)
+    config = LlamaConfig(vocab_size=50, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                         num_attention_heads=4, num_key_value_heads=2)
+    model = LlamaForCausalLM(config).eval()
+    context, question = torch.randint(0, 50, (20,)).tolist(), torch.randint(0, 50, (3,)).tolist()
+    cache = DynamicCache(config=config)
+    measure.prefill(model, cache, context)
+    tokens, _ = measure.greedy(model, cache, question, 6)
+    expected = model.generate(torch.tensor([context + question]), max_new_tokens=6, do_sample=False)
+    assert tokens == expected[0, len(context) + len(question):].tolist()
+    assert cache.get_seq_length() == len(context) + len(question) + 5  # the last token is not fed back
