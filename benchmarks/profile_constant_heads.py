@@ -6,7 +6,7 @@ constants, interleaved, under one profiler each; the table lists every operator'
 both, and the difference, largest first. Run on an idle machine: shares are robust to load, milliseconds are not.
 
     python benchmarks/profile_constant_heads.py --model_name_or_path smollm2 --seq_len 512 \
-        --sorted_heads docs/smollm2/repeat/sorted_heads.json --k 135 --out benchmarks/results/profile.md
+        --sorted_heads findings/smollm2_probes/repeat/sorted_heads.json --k 135 --out benchmarks/results/profile.md
 """
 
 import argparse
