@@ -371,4 +371,3 @@ def test_each_flag_is_declared_once():
             owners[name].append(command.__name__)
     twice = {name for name, where in owners.items() if len(where) > 1}
     assert twice == DECLARED_PER_COMMAND, (sorted(twice - DECLARED_PER_COMMAND), sorted(DECLARED_PER_COMMAND - twice))
-

@@ -3,7 +3,7 @@
 
     python findings/smollm2_lm_eval_zero_shot/findings.py --static_heads_dir RUN/avgs \
         --sorting_heads_dir RUN/sort_taylor --data_dir ../shared/data --limit 200 --ks 0 68 135 \
-        --work_dir /tmp/smollm2_lm_eval
+        --work_dir outputs/smollm2_lm_eval
 
 Each k is scored once through the model type `papa` (papa.evaluation.harness.PapaLM) into WORK_DIR/k_<k>/
 (lm_eval_results.json, lm_eval_samples.jsonl; a task scored at a k is not redone, one added later goes into a
