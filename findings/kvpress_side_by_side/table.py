@@ -69,10 +69,10 @@ def main(argv=None):
     head = [f"# PAPA and kvpress's presses, SmolLM2, pass key: {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}",
             "", f"{os.cpu_count()} cores, load average {load[0]:.1f} / {load[1]:.1f} / {load[2]:.1f} at the end; "
             "float32, batch 1. Times are medians over the prompts, each side's methods interleaved per prompt.", ""]
+    from papa.io import save_text
+
     text = "\n".join(head + table(rows)) + "\n"
-    with open(args.out + ".tmp", "w") as f:
-        f.write(text)
-    os.replace(args.out + ".tmp", args.out)
+    save_text(text, args.out)
     print(text)
 
 

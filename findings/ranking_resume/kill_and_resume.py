@@ -96,9 +96,9 @@ def main():
         lines.append(f"| {ranker} | {uninterrupted:.0f} | {killed_after:.0f} | {saved} | {rerun:.0f} | "
                      f"{'yes' if resumed else 'no'} | {'yes' if same else 'no'} |")
     report = "\n".join(lines) + "\n"
-    with open(args.out + ".tmp", "w") as f:
-        f.write(report)
-    os.replace(args.out + ".tmp", args.out)
+    from papa.io import save_text
+
+    save_text(report, args.out)
     print(report)
 
 
