@@ -15,9 +15,16 @@ A prompt of `context` tokens (pass-key filler, papa.data.retrieval's example 0 a
 K/V groups of the ranking (`--sorted_heads`, ranked with --rank_kv_groups; default: a seeded random order of groups)
 hold `--replacement` constants. What a constant head keeps in the cache (papa/families/generation.py): no key;
 `sink_window` the values of its sink and window (s + w − 1 positions); `toeplitz` the values of its sink and the
-last D − 1 positions (D: the length it was averaged at); so a whole group made constant drops its K cache, and its V
-cache too beyond those positions. Mean-output heads would keep nothing, but generation with a cache does not run
+last D − 1 positions (D: the length it was averaged at, or `--window` where its profile is cut there, as the
+scripts' `--window` does); so a whole group made constant drops its K cache, and its V cache too beyond those
+positions. Mean-output heads would keep nothing, but generation with a cache does not run
 them (refused: their outputs are per position up to the averaging length).
+
+Peak RSS depends on the allocator as much as on the tensors: glibc's dynamic mmap threshold keeps freed tensors
+of up to 32 MB in its heap, and how much of that heap a prefill leaves unused depends on the order and sizes of its
+temporaries. Measured fresh processes call mallopt(M_MMAP_THRESHOLD, `--malloc_mmap_threshold`) first (default 128
+KiB, as papa.benchmark's memory children: freed tensors leave the RSS at once; set as glibc's MALLOC_MMAP_THRESHOLD_
+in their environment); 0 keeps glibc's dynamic default, and the report names the setting.
 
 Generation, measured per model:
 - KV-cache bytes after the last step (papa.families.generation.cache_bytes: K and V of the transformers cache layers
@@ -79,6 +86,7 @@ def build(name, args, fraction):
     from papa.method.attention import patch_model
     from papa.method.structured_averaging import STRUCTURED_NAME, read_structured, sink_window
     from papa.models.bundled import local_model_path
+    from papa.runs.structured_constants import within_reach
 
     model = AutoModelForCausalLM.from_pretrained(local_model_path(name), dtype=torch.float32).eval()
     if fraction == 0:
@@ -86,10 +94,10 @@ def build(name, args, fraction):
     config = model.config
     static = replaced_heads(config, args.sorted_heads, fraction)
     if args.replacement == "sink_window":
-        structured = sink_window(config.num_hidden_layers, config.num_attention_heads, args.sinks, args.window)
+        structured = sink_window(config.num_hidden_layers, config.num_attention_heads, args.sinks, args.window or 64)
     else:
         record = read_structured(os.path.join(args.constants, STRUCTURED_NAME))
-        structured = (record["sink"], record["profile"])
+        structured = (record["sink"], within_reach(record["profile"], args.window))
     return patch_model(model, static_heads=static, structured=structured).eval()
 
 
@@ -146,13 +154,22 @@ def stock_evaluation(args):
     print(json.dumps({"loss": loss, "peak_rss": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024}))
 
 
-def peak_of(argv, threads):
+def child_environment(args):
+    """A measured child's environment: its torch threads, and glibc's mmap threshold unless --malloc_mmap_threshold 0."""
+    env = dict(os.environ, OMP_NUM_THREADS=str(args.threads))
+    env.pop("MALLOC_MMAP_THRESHOLD_", None)
+    if args.malloc_mmap_threshold > 0:
+        env["MALLOC_MMAP_THRESHOLD_"] = str(args.malloc_mmap_threshold)
+    return env
+
+
+def peak_of(argv, args):
     """(peak RSS in bytes, the command's output) of `argv` run under /usr/bin/time."""
     import tempfile
 
     with tempfile.NamedTemporaryFile("r", suffix=".time") as record:
         done = subprocess.run(["/usr/bin/time", "-f", "%M", "-o", record.name, *argv], capture_output=True, text=True,
-                              env=dict(os.environ, OMP_NUM_THREADS=str(threads)))
+                              env=child_environment(args))
         if done.returncode != 0:
             raise SystemExit(f"failed: {' '.join(map(str, argv))}\n{done.stdout[-2000:]}{done.stderr[-2000:]}")
         return int(record.read().split()[-1]) * 1024, done.stdout
@@ -162,14 +179,13 @@ def evaluation_rows(args, work):
     """[(what, peak RSS bytes)] of the three evaluations of the module docstring."""
     rows = []
     if not args.no_stock_evaluation:  # Gemma-3 at 8 192: its (T, V) logits and their log-softmax alone are 17 GB
-        stock, _ = peak_of([sys.executable, __file__, *sys.argv[1:], "--child_stock_evaluation"], args.threads)
+        stock, _ = peak_of([sys.executable, __file__, *sys.argv[1:], "--child_stock_evaluation"], args)
         rows.append(("the stock model's own evaluation (forward with labels)", stock))
     common = ["papa-glue", "--model_name_or_path", args.model, "--do_eval", "--max_seq_length", str(args.context),
               "--max_eval_samples", "1", "--per_device_eval_batch_size", "1", "--report_to", "none"]
     lm, _ = peak_of([*common, "--task_name", "lm_qnli", "--data_dir", args.data_dir,
-                     "--output_dir", os.path.join(work, "lm_qnli")], args.threads)
-    passkey, _ = peak_of([*common, "--task_name", "passkey", "--output_dir", os.path.join(work, "passkey")],
-                         args.threads)
+                     "--output_dir", os.path.join(work, "lm_qnli")], args)
+    passkey, _ = peak_of([*common, "--task_name", "passkey", "--output_dir", os.path.join(work, "passkey")], args)
     return rows + [("papa-glue --do_eval, lm_qnli (every position scored, the LM head in chunks)", lm),
                    ("papa-glue --do_eval, passkey (the answer's positions)", passkey)]
 
@@ -190,7 +206,7 @@ def one_process(args, fraction):
 
 def child_memory(args, fraction):
     argv = [sys.executable, __file__, *sys.argv[1:], "--child_fraction", str(fraction)]
-    out = subprocess.run(argv, capture_output=True, text=True, check=True, env=dict(os.environ, OMP_NUM_THREADS=str(args.threads)))
+    out = subprocess.run(argv, capture_output=True, text=True, check=True, env=child_environment(args))
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
@@ -206,7 +222,11 @@ def main():
     parser.add_argument("--replacement", choices=("sink_window", "toeplitz"), default="sink_window")
     parser.add_argument("--constants", default=None, help="--replacement toeplitz: structured_constants.pt's folder")
     parser.add_argument("--sinks", type=int, default=4, help="sink_window's s")
-    parser.add_argument("--window", type=int, default=64, help="sink_window's w")
+    parser.add_argument("--window", type=int, default=None, help="the constants' reach: sink_window's w (default "
+                        "64), toeplitz's profile cut to its first D distances (default: the whole profile)")
+    parser.add_argument("--malloc_mmap_threshold", type=int, default=131072, help="the measured processes call "
+                        "mallopt(M_MMAP_THRESHOLD, this many bytes) first, so freed tensors leave the RSS at once; 0 "
+                        "keeps glibc's dynamic default (whose heap keeps freed tensors up to 32 MB)")
     parser.add_argument("--rounds", type=int, default=3, help="interleaved timing rounds (0: memory only)")
     parser.add_argument("--threads", type=int, default=2, help="torch threads")
     parser.add_argument("--out", default=None, help="write the markdown report here")
@@ -265,7 +285,10 @@ def main():
              f"decoded greedily; {os.cpu_count()} cores, torch threads {args.threads}; load average {load[0]:.1f} / "
              f"{load[1]:.1f} / {load[2]:.1f} at the end. Groups made constant: the first of "
              f"{args.sorted_heads or 'a seeded random order of groups'}, with {args.replacement} constants"
-             + (f" (s = {args.sinks}, w = {args.window})" if args.replacement == "sink_window" else "") + ".", "",
+             + (f" (s = {args.sinks}, w = {args.window or 64})" if args.replacement == "sink_window" else
+                f" (reach D = {args.window})" if args.window else "") + ". Peak RSS: fresh processes, "
+             + (f"glibc's mmap threshold fixed at {args.malloc_mmap_threshold} bytes." if args.malloc_mmap_threshold
+                else "glibc's dynamic mmap threshold."), "",
              "| K/V groups constant | KV cache (MB) | × stock | peak RSS (GB) | prefill (s), median | prefill speed-up "
              "vs stock, median (range) | decode (ms/token), median | decode speed-up, median (range) |",
              "| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
