@@ -7,7 +7,7 @@
 # (MRPC's news sentences: 20 keys at 2 048, 10 at 8 192); the four RULER-style tasks, 10 examples each (transfer:
 # the ranking and constants are the pass key's); plain-text perplexity on 2 blocks of QNLI; a gates ranking across
 # lengths 1 024-8 192 made with the D = 64 constants, its ½ and ¾; generation's cache, prefill, decode and peak RSS
-# (benchmarks/long_context_memory.py). About 2 hours 40 minutes on 2 cores. --quick: T = 1 024, 2 examples, two
+# (benchmarks/long_context_memory.py). About 2 hours 15 minutes on 2 cores. --quick: T = 1 024, 2 examples, two
 # random orders, a 2-step ranking at 256 and 512, generation at 512 tokens: a few minutes.
 set -euo pipefail
 quick=0
