@@ -17,6 +17,7 @@ import argparse
 import datetime
 import os
 import platform
+import shlex
 import shutil
 import statistics
 import subprocess
@@ -124,8 +125,7 @@ def main():
              f"{cores} cores)", "",
              f"{platform.processor() or platform.machine()}, {cores} usable cores, Python {platform.python_version()}; "
              f"{started:%Y-%m-%d %H:%M} UTC; 1-min load average {load_start:.2f} at start, {os.getloadavg()[0]:.2f} at "
-             f"end. Command: `python benchmarks/busy_machine.py --busy {args.busy} --rounds {args.rounds} --steps "
-             f"{args.steps}`.", ""]
+             f"end. Command: `python benchmarks/busy_machine.py {shlex.join(sys.argv[1:])}`.", ""]
     if jobs:
         quiet = jobs[0][1]
         lines += ["## The main job (`python papa_scripts/run_papa_sweep.py`, one run each, in this order)", "",
