@@ -22,9 +22,10 @@ them (refused: their outputs are per position up to the averaging length).
 
 Peak RSS depends on the allocator as much as on the tensors: glibc's dynamic mmap threshold keeps freed tensors
 of up to 32 MB in its heap, and how much of that heap a prefill leaves unused depends on the order and sizes of its
-temporaries. Measured fresh processes call mallopt(M_MMAP_THRESHOLD, `--malloc_mmap_threshold`) first (default 128
-KiB, as papa.benchmark's memory children: freed tensors leave the RSS at once; set as glibc's MALLOC_MMAP_THRESHOLD_
-in their environment); 0 keeps glibc's dynamic default, and the report names the setting.
+temporaries. The measured fresh processes get glibc's MALLOC_MMAP_THRESHOLD_ = `--malloc_mmap_threshold` in their
+environment (default 128 KiB, the threshold papa.benchmark's memory children set with mallopt: freed tensors leave
+the RSS at once; an environment variable because some children are papa-glue commands); 0 keeps glibc's dynamic
+default, and the report names the setting.
 
 Generation, measured per model:
 - KV-cache bytes after the last step (papa.families.generation.cache_bytes: K and V of the transformers cache layers
@@ -86,7 +87,7 @@ def build(name, args, fraction):
     from papa.method.attention import patch_model
     from papa.method.structured_averaging import STRUCTURED_NAME, read_structured, sink_window
     from papa.models.bundled import local_model_path
-    from papa.runs.structured_constants import within_reach
+    from papa.runs.structured_constants import DEFAULT_WINDOW, within_reach
 
     model = AutoModelForCausalLM.from_pretrained(local_model_path(name), dtype=torch.float32).eval()
     if fraction == 0:
@@ -94,7 +95,8 @@ def build(name, args, fraction):
     config = model.config
     static = replaced_heads(config, args.sorted_heads, fraction)
     if args.replacement == "sink_window":
-        structured = sink_window(config.num_hidden_layers, config.num_attention_heads, args.sinks, args.window or 64)
+        structured = sink_window(config.num_hidden_layers, config.num_attention_heads, args.sinks,
+                                 args.window or DEFAULT_WINDOW)
     else:
         record = read_structured(os.path.join(args.constants, STRUCTURED_NAME))
         structured = (record["sink"], within_reach(record["profile"], args.window))
@@ -224,9 +226,9 @@ def main():
     parser.add_argument("--sinks", type=int, default=4, help="sink_window's s")
     parser.add_argument("--window", type=int, default=None, help="the constants' reach: sink_window's w (default "
                         "64), toeplitz's profile cut to its first D distances (default: the whole profile)")
-    parser.add_argument("--malloc_mmap_threshold", type=int, default=131072, help="the measured processes call "
-                        "mallopt(M_MMAP_THRESHOLD, this many bytes) first, so freed tensors leave the RSS at once; 0 "
-                        "keeps glibc's dynamic default (whose heap keeps freed tensors up to 32 MB)")
+    parser.add_argument("--malloc_mmap_threshold", type=int, default=131072, help="the measured processes run with glibc's "
+                        "MALLOC_MMAP_THRESHOLD_ at this many bytes, so freed tensors leave the RSS at once; 0 keeps "
+                        "glibc's dynamic default (whose heap keeps freed tensors up to 32 MB)")
     parser.add_argument("--rounds", type=int, default=3, help="interleaved timing rounds (0: memory only)")
     parser.add_argument("--threads", type=int, default=2, help="torch threads")
     parser.add_argument("--out", default=None, help="write the markdown report here")
@@ -247,6 +249,7 @@ def main():
 
     from papa.io import save_text
     from papa.models.bundled import local_model_path
+    from papa.runs.structured_constants import DEFAULT_WINDOW
 
     import tempfile
 
@@ -285,7 +288,7 @@ def main():
              f"decoded greedily; {os.cpu_count()} cores, torch threads {args.threads}; load average {load[0]:.1f} / "
              f"{load[1]:.1f} / {load[2]:.1f} at the end. Groups made constant: the first of "
              f"{args.sorted_heads or 'a seeded random order of groups'}, with {args.replacement} constants"
-             + (f" (s = {args.sinks}, w = {args.window or 64})" if args.replacement == "sink_window" else
+             + (f" (s = {args.sinks}, w = {args.window or DEFAULT_WINDOW})" if args.replacement == "sink_window" else
                 f" (reach D = {args.window})" if args.window else "") + ". Peak RSS: fresh processes, "
              + (f"glibc's mmap threshold fixed at {args.malloc_mmap_threshold} bytes." if args.malloc_mmap_threshold
                 else "glibc's dynamic mmap threshold."), "",

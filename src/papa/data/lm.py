@@ -148,8 +148,9 @@ def group_texts(examples, block_size) -> dict:
 def tokenized_fingerprint(dataset, tokenizer):
     """The tokenised split's datasets fingerprint, from the text's and the tokenizer's identity (its class, name,
     vocabulary size and special tokens). Left to datasets, the fingerprint would hash the `tokenize` closure and so
-    pickle the whole tokenizer: about 2 s a split for Gemma-3's 262 144 tokens. The splits here live in memory
-    (Dataset.from_dict), so the fingerprint names the result and caches nothing on disk."""
+    pickle the whole tokenizer: about 2 s a split for Gemma-3's 262 144 tokens (papa.data.tokenized_cache's
+    tokenizer_digest, which serialises it too, costs as much). The splits here live in memory (Dataset.from_dict),
+    so the fingerprint names the result and caches nothing on disk."""
     identity = [dataset._fingerprint, type(tokenizer).__name__, getattr(tokenizer, "name_or_path", ""), len(tokenizer),
                 sorted(map(str, tokenizer.special_tokens_map.items())), getattr(tokenizer, "padding_side", None)]
     return hashlib.sha256(repr(identity).encode()).hexdigest()[:16]
