@@ -1,5 +1,6 @@
 """The peer benchmark's own arithmetic (findings/kvpress_side_by_side): its Wilson interval against scipy's, the
-table's cache ratio against the stock row of the same prompt, and the measuring code both sides share, on a tiny
+table's cache ratio against the stock row of the same prompt, its paired differences (pairing, the prompts used, the
+normal approximation), and the measuring code both sides share, on a tiny
 decoder (its greedy decoding against transformers' generate). kvpress itself is not needed here."""
 
 import json
@@ -33,6 +34,29 @@ def test_the_table_divides_by_the_stock_row_of_the_same_prompt(tmp_path):
     table.main(["--rows", str(path), "--out", str(tmp_path / "t.md")])
     press = next(line for line in (tmp_path / "t.md").read_text().splitlines() if line.startswith("| press"))
     assert "| 0.550 |" in press and "| 1/2 |" in press  # median of 0.5 and 0.6, not of the bytes
+
+
+def test_paired_difference_pairs_the_prompts_and_matches_the_normal_interval():
+    import numpy as np
+
+    rng = np.random.default_rng(1)
+    same = rng.integers(0, 2, 30).astype(float)
+    assert table.paired_difference(same, same, rng) == (0.0, 0.0, 0.0)  # unpaired, this would be about ±25 points
+    a = np.array([1.0] * 30 + [0.0] * 10 + [1.0] * 10)  # 50 prompts: 10 found by a only, the rest agree
+    b = np.array([1.0] * 30 + [0.0] * 10 + [0.0] * 10)
+    mean, low, high = table.paired_difference(a, b, rng)
+    d = 100 * (a - b)
+    half = 1.959964 * d.std() / np.sqrt(len(d))  # the normal approximation the percentile bootstrap tends to
+    assert mean == pytest.approx(20.0)
+    assert (low, high) == pytest.approx((mean - half, mean + half), abs=2.5)
+
+
+def test_the_differences_use_only_prompts_both_methods_ran():
+    rows = [{"method": m, "fraction": 0.5, "length": 8, "index": i, "found": f}
+            for m, i, f in (("PAPA x", 0, True), ("PAPA x", 1, True), ("PAPA x", 2, False),
+                            ("kvpress y", 0, False), ("kvpress y", 1, True))]
+    line = next(line for line in table.differences(rows) if line.startswith("| kvpress y"))
+    assert "+50 [" in line and "(n = 2)" in line
 
 
 def test_greedy_decoding_on_a_prefilled_cache_is_generates():
