@@ -69,7 +69,42 @@ def test_greedy_decoding_on_a_prefilled_cache_is_generates():
     context, question = torch.randint(0, 50, (20,)).tolist(), torch.randint(0, 50, (3,)).tolist()
     cache = DynamicCache(config=config)
     measure.prefill(model, cache, context)
-    tokens, _ = measure.greedy(model, cache, question, 6)
+    tokens, _ = measure.greedy(model, cache, question, 6, len(context))
     expected = model.generate(torch.tensor([context + question]), max_new_tokens=6, do_sample=False)
     assert tokens == expected[0, len(context) + len(question):].tolist()
     assert cache.get_seq_length() == len(context) + len(question) + 5  # the last token is not fed back
+
+
+def tiny_llama():
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    torch.manual_seed(0)
+    config = LlamaConfig(vocab_size=50, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                         num_attention_heads=4, num_key_value_heads=2)
+    return LlamaForCausalLM(config).eval()
+
+
+def test_positions_count_from_the_uncompressed_context_as_kvpress_pipeline_passes_them():
+    from transformers import DynamicCache
+
+    model = tiny_llama()
+    cache = DynamicCache(config=model.config)
+    measure.prefill(model, cache, list(range(20)))
+    seen, forward = [], model.forward
+    model.forward = lambda **kw: seen.append(kw["position_ids"].tolist()) or forward(**kw)
+    for layer in cache.layers:  # a press that kept the last 8 tokens
+        layer.keys, layer.values = layer.keys[:, :, -8:], layer.values[:, :, -8:]
+    measure.greedy(model, cache, [1, 2, 3], 3, 20)
+    assert seen == [[[20]], [[21]], [[22]], [[23]], [[24]]]  # not 8, 9, ...: the cache's length
+
+
+def test_a_cache_whose_layers_differ_in_length_decodes():
+    from transformers import DynamicCache
+
+    model = tiny_llama()
+    cache = DynamicCache(config=model.config)
+    measure.prefill(model, cache, list(range(20)))
+    layer = cache.layers[1]  # per-layer budgets (PyramidKV): layer 1 keeps fewer tokens than layer 0
+    layer.keys, layer.values = layer.keys[:, :, -12:], layer.values[:, :, -12:]
+    tokens, _ = measure.greedy(model, cache, [1, 2, 3], 4, 20)  # a 3-token forward fails on its mask here
+    assert len(tokens) == 4 and cache.layers[1].keys.shape[2] == 12 + 3 + 3

@@ -57,19 +57,32 @@ def tensor_bytes(value):
     return value.numel() * value.element_size() if isinstance(value, torch.Tensor) else 0
 
 
-def greedy(model, cache, question, steps):
-    """The question's tokens in one forward over the prefilled `cache`, then `steps` greedy tokens one forward each.
-    Returns (the tokens, seconds per decoded token): the first token comes from the question's forward, each later
-    one from a single-token forward, which is what the decode time measures."""
+def greedy(model, cache, question, steps, start):
+    """The question over the prefilled `cache`, then `steps` greedy tokens. Returns (the tokens, seconds per decoded
+    token): the first token comes from the question's last forward, each later one from a single-token forward, which
+    is what the decode time measures.
+
+    Positions count from `start`, the context's length before any compression, as kvpress's own pipeline passes them:
+    a press that drops tokens leaves a shorter cache, and positions taken from its length would shift the question's
+    rotary phases against the keys it kept. The question goes in one token at a time: a press with per-layer budgets
+    (PyramidKV) leaves layers of different lengths, and transformers sizes a multi-token forward's mask from layer 0's
+    (kvpress's pipeline fails there); token by token needs no mask, and causal attention gives the same result."""
     keyword = cache_keyword(model)
+
+    def step(token, position):
+        return model(input_ids=torch.tensor([[token]]), position_ids=torch.tensor([[position]]), use_cache=True,
+                     **{keyword: cache}).logits[:, -1]
+
     with torch.no_grad():
-        logits = model(input_ids=torch.tensor([question]), use_cache=True, **{keyword: cache}).logits[:, -1]
+        for offset, token in enumerate(question):
+            logits = step(token, start + offset)
         tokens = [int(logits.argmax(-1))]
-        start = time.perf_counter()
+        position = start + len(question)
+        begin = time.perf_counter()
         for _ in range(steps - 1):
-            logits = model(input_ids=torch.tensor([tokens[-1:]]), use_cache=True, **{keyword: cache}).logits[:, -1]
-            tokens.append(int(logits.argmax(-1)))
-        seconds = time.perf_counter() - start
+            tokens.append(int(step(tokens[-1], position).argmax(-1)))
+            position += 1
+        seconds = time.perf_counter() - begin
     return tokens, seconds / max(steps - 1, 1)
 
 
@@ -77,7 +90,7 @@ def warm_up(model, cache, prompt):
     """One untimed prefill and decode of a prompt's first tokens: the first call's one-off costs (kernels, threads,
     allocations) left out of every measured step."""
     prefill(model, cache, prompt["context"][:64])
-    greedy(model, cache, prompt["question"], 2)
+    greedy(model, cache, prompt["question"], 2, 64)
 
 
 def prefill(model, cache, context):

@@ -68,7 +68,8 @@ def main(argv=None):
             with PeakRss() as peak:
                 cache = DynamicCache(config=model.config)
                 prefill_s = prefill(model, cache, prompt["context"])
-                tokens, decode_s = greedy(model, cache, prompt["question"], args.new_tokens)
+                tokens, decode_s = greedy(model, cache, prompt["question"], args.new_tokens,
+                                          len(prompt["context"]))
             rows.append({"method": method, "fraction": fraction, "length": prompt["length"], "index": prompt["index"],
                          "found": tokens[:len(prompt["answer"])] == prompt["answer"],
                          "cache_bytes": sum(sum(layer.values()) for layer in cache_bytes(cache)),

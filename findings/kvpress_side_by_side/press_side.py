@@ -23,7 +23,7 @@ import numpy as np
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from measure import PeakRss, greedy, prefill, tensor_bytes  # noqa: E402
+from measure import PeakRss, greedy, prefill, tensor_bytes, warm_up  # noqa: E402
 
 
 def duo_press(pattern_folder):
@@ -95,7 +95,8 @@ def main(argv=None):
                 cache = DynamicCache(config=model.config)
                 with press(model) if press else nullcontext():
                     prefill_s = prefill(model, cache, prompt["context"])
-                tokens, decode_s = greedy(model, cache, prompt["question"], args.new_tokens)
+                tokens, decode_s = greedy(model, cache, prompt["question"], args.new_tokens,
+                                          len(prompt["context"]))
             method = f"kvpress {name}" if press else "stock (kvpress's environment)"
             rows.append({"method": method, "fraction": ratio, "length": prompt["length"], "index": prompt["index"],
                          "found": tokens[:len(prompt["answer"])] == prompt["answer"],
