@@ -3,6 +3,7 @@ table's cache ratio against the stock row of the same prompt, its paired differe
 normal approximation), and the measuring code both sides share, on a tiny
 decoder (its greedy decoding against transformers' generate). kvpress itself is not needed here."""
 
+import functools
 import json
 
 import pytest
@@ -91,7 +92,13 @@ def test_positions_count_from_the_uncompressed_context_as_kvpress_pipeline_passe
     cache = DynamicCache(config=model.config)
     measure.prefill(model, cache, list(range(20)))
     seen, forward = [], model.forward
-    model.forward = lambda **kw: seen.append(kw["position_ids"].tolist()) or forward(**kw)
+
+    @functools.wraps(forward)  # its signature too: measure.cache_keyword reads it
+    def recording(**kw):
+        seen.append(kw["position_ids"].tolist())
+        return forward(**kw)
+
+    model.forward = recording
     for layer in cache.layers:  # a press that kept the last 8 tokens
         layer.keys, layer.values = layer.keys[:, :, -8:], layer.values[:, :, -8:]
     measure.greedy(model, cache, [1, 2, 3], 3, 20)
