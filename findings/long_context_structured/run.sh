@@ -9,11 +9,12 @@
 # structured_tables.sh's tables structured_t1024.md and structured_t2048.md (made here with structured.py itself,
 # as structured_tables.sh writes over the committed ones), and far_weight.py's line (far_weight.txt). The heads: the
 # first k of the taylor ranking of smollm2_rankers_lm_qnli's lm_qnli sweep, read from its committed
-# findings/smollm2_rankers_lm_qnli/five_rankers/head_scores_taylor.csv (rank order) into sort_taylor/. The T = 8 192
-# rows of the README (and its peak RSS and wall times) are read from those runs' eval_results.json and .time files;
-# times and peak RSS are this machine's. About 2 hours on 2 cores (the README's sessions, 03:11-04:15 and
-# 09:22-10:09 UTC, at load 3-11). --quick: averages at 32 and 128 tokens, k = 135 at T = 128 (2 blocks), the same
-# commands, table and far_weight.py: 13 min 19 s at load 11-13 here, niced (1 min 24 s of CPU: 9 fresh processes).
+# findings/smollm2_rankers_lm_qnli/five_rankers/head_scores_taylor.csv (rank order) into sort_taylor/. The README's
+# T = 8 192 table (one block: perplexity, peak RSS and wall from the runs' eval_results.json and .time files) is
+# one_block.py's structured_t8192.md; times and peak RSS are this machine's. About 2 hours on 2 cores (the README's
+# sessions, 03:11-04:15 and 09:22-10:09 UTC, at load 3-11). --quick: averages at 32 and 128 tokens, k = 135 at
+# T = 128 (2 blocks), the same commands, tables (one_block.py's on the T = 128 runs) and far_weight.py: 13 min 19 s
+# at load 11-13 here, niced (1 min 24 s of CPU: 9 fresh processes).
 set -euo pipefail
 quick=0
 if [ "${1:-}" = "--quick" ]; then quick=1; shift; fi
@@ -79,6 +80,8 @@ if [ "$quick" = 1 ]; then
   ev t${T}_sw_k135 $T 2 2 135 "$O/sw" sink_window
   ev t${T}_k0 $T 2 2 0 "$O/toep_t$s" toeplitz
   table $T $T $s 135
+  python "$here/one_block.py" --runs "$O" --stock "t${T}_k0" --rows "t${T}_toep${s}_k135:Toeplitz, averaged at $s" \
+      "t${T}_toep${T}_k135:Toeplitz, averaged at $T" --out "$out/structured_t$T.one_block.md"
 else  # structured_runs.sh, step by step
   s=128 T=$s
   avg toep_t128 128 128 16 --constants toeplitz
@@ -107,6 +110,9 @@ else  # structured_runs.sh, step by step
   ev t8192_k0 8192 1 1 0 "$O/toep_t128" toeplitz
   table 1024 1024 128 135 270
   table 2048 2048 128 135 270
+  python "$here/one_block.py" --runs "$O" --stock t8192_k0 \
+      --rows "t8192_toep128_k135:Toeplitz, averaged at 128 (16 384 tokens)" \
+      "t8192_toep8192_k135:Toeplitz, averaged at 8 192 (one block, 8 192 tokens)" --out "$out/structured_t8192.md"
   T=1024
 fi
 # the share of the ranking's first 135 heads' last-row weight beyond the short average's reach

@@ -9,17 +9,16 @@
 #    its sweep.json lists the control, the committed one none), into OUT/smollm2_repeat/;
 # 2. the hand-run version, repeat/run.sh and run3-5.sh, sst2/run.sh and run2-4.sh as they ran (the last-token
 #    classifier), the repeat chain beside the SST-2 chain, one torch thread each, into OUT/smollm2_repeat_lt/ and
-#    OUT/smollm2_sst2_lt/. repeat/results.md and sst2/results.md (intervals, figures) were made from these runs by
-#    hand with papa.reporting (no script kept): not rebuilt; OUT/smollm2_*_lt/accuracy.md lists each run's accuracy
-#    (eval_results.json: the accuracy column of those tables);
+#    OUT/smollm2_sst2_lt/, and their tables repeat/results.md and sst2/results.md (with .csv; made by hand then,
+#    by probe_table.py now, in the same way; their figures are not remade) in those folders;
 # 3. the sweep with --probe model_head on repeat and SST-2, two seeds (repeat_sweep/, sst2_sweep/ with sort/'s
 #    sorted_heads.json, probes_summary.md, .csv, .png), into OUT/smollm2_probe/smollm2/repeat/, .../sst2/ and
 #    OUT/smollm2_probe/summary.*.
 # λ was the sweep's default ranker then; a decoder's default is now taylor, so both sweeps are given --ranker lambda.
 # About 3 hours on 2 cores (the README's wall times on a shared machine: 25 min, about 1 hour for the hand runs two
 # at a time, 1 h 46 min for the model_head sweep). --quick: the same three steps on 8 training and 8 evaluation
-# examples, k = 0 and ½ in the sweeps, one seed; of the hand runs repeat's ranking run and PAPA's half, SST-2's
-# averages and random half: 7 minutes on a machine loaded 11-14 on its 2 cores (most of it process start-up).
+# examples, k = 0 and ½ in the sweeps, one seed; of the hand runs repeat's ranking run, k = 0 and PAPA's half,
+# SST-2's averages, k = 0 and random half (before the k = 0 runs were added: 7 minutes on a machine loaded 11-14 on its 2 cores, most of it process start-up).
 set -euo pipefail
 quick=0
 if [ "${1:-}" = "--quick" ]; then quick=1; shift; fi
@@ -28,8 +27,8 @@ data="${DATA_DIR:-../shared/data}"
 export HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1
 if [ "$quick" = 1 ]; then
   rep_n=8; rep_eval=8; sst_n=8; sst_eval=8; probe_n=8; probe_eval=8; seeds="1"; sweep_ks="0 135"
-  # of the hand runs: repeat's ranking run and PAPA's half, SST-2's averages and random half
-  rep_ks="135"; rep_random=""; sst_ks=""; sst_random="135"; sst_sorted_ks=""
+  # of the hand runs: repeat's ranking run, k = 0 and PAPA's half, SST-2's averages, k = 0 and random half
+  rep_ks="0 135"; rep_random=""; sst_ks="0"; sst_random="135"; sst_sorted_ks=""
 else
   rep_n=512; rep_eval=500; sst_n=256; sst_eval=256; probe_n=512; probe_eval=500; seeds="1 2"; sweep_ks="0 135 270"
   rep_ks="0 270 135 266 253"; rep_random="135 266 253"; sst_ks="0 270"; sst_random="135"; sst_sorted_ks="135 68"
@@ -46,25 +45,6 @@ python papa_scripts/run_papa_sweep.py --model_name_or_path smollm2 --task_name r
 # 2. the runs by hand: the sweep's stages with the last-token classifier (no --use_freeze_extract_pooler)
 failed() {  # a run's log: its end, then the chain stops
   tail -n 30 "$1"; echo "failed (log: $1)" >&2; return 1
-}
-accuracy_table() {  # folder: each run's accuracy (eval_results.json) into folder/accuracy.md
-  python - "$1" <<'PY'
-import json, os, sys
-folder = sys.argv[1]
-rows = []
-for name in sorted(os.listdir(folder)):
-    path = os.path.join(folder, name, "eval_results.json")
-    if name != "sort" and os.path.isfile(path):
-        with open(path) as f:
-            result = json.load(f)
-        variant, k = ("random order", name[len("random_k_"):]) if name.startswith("random_k_") else ("PAPA", name[2:])
-        rows.append((variant != "PAPA", int(k), variant, result["eval_accuracy"], result.get("eval_samples", "")))
-lines = ["| variant | k | accuracy | n |", "| --- | ---: | ---: | ---: |"]
-lines += [f"| {variant} | {k} | {acc:.4f} | {n} |" for _, k, variant, acc, n in sorted(rows)]
-with open(os.path.join(folder, "accuracy.md"), "w") as f:
-    f.write("\n".join(lines) + "\n")
-print(f"{folder}/accuracy.md:\n" + "\n".join(lines))
-PY
 }
 repeat_chain() {  # repeat/run.sh, run3.sh, run4.sh, run5.sh
   local O="$out/smollm2_repeat_lt" k
@@ -87,7 +67,8 @@ repeat_chain() {  # repeat/run.sh, run3.sh, run4.sh, run5.sh
         --grad_for_classifier_only true --static_heads_num "$k" --sorting_heads_dir "$O/random_order" \
         --output_dir "$O/random_k_$k" > "$O/random_k_$k.log" 2>&1 || failed "$O/random_k_$k.log"
   done
-  accuracy_table "$O"
+  python findings/smollm2_probes/probe_table.py "$O" --task_name repeat \
+      --title "SmolLM2-135M on repeat (last-token probe)"
 }
 sst2_chain() {  # sst2/run.sh (its averages), run2.sh, run3.sh, run4.sh
   local O="$out/smollm2_sst2_lt" D="$data/glue/SST-2" k
@@ -122,7 +103,8 @@ sst2_chain() {  # sst2/run.sh (its averages), run2.sh, run3.sh, run4.sh
         --static_heads_num "$k" --sorting_heads_dir "$O/sort" --output_dir "$O/k_$k" \
         > "$O/k_$k.log" 2>&1 || failed "$O/k_$k.log"
   done
-  accuracy_table "$O"
+  python findings/smollm2_probes/probe_table.py "$O" --task_name sst2 \
+      --title "SmolLM2-135M on SST-2 (last-token probe)"
 }
 # the two chains side by side, one torch thread each, as they ran
 OMP_NUM_THREADS=1 repeat_chain & repeat_pid=$!
