@@ -7,9 +7,10 @@
 # Full: the pass-key prompts at 2 048 (20 keys) and 8 192 tokens (10 keys); PAPA's side (the stock model, the first
 # ¼ ½ ¾ of round 6's gates ranking of K/V groups constant, Toeplitz constants cut to a reach of 64 and sink_window
 # constants of 64) and kvpress's (StreamingLLM, SnapKV, TOVA, Knorm, ExpectedAttention, PyramidKV, AdaKV,
-# DuoAttention given PAPA's ranking, a random press, each removing ¼ ½ ¾); the table. About 6 hours on 2 cores, most
-# of it at 8 192 (about 1 minute a prompt a method). --quick: T = 512, 2 keys, ½ only, four presses: a few minutes
-# once kvpress's environment exists (making it takes about 5 minutes).
+# DuoAttention given PAPA's ranking, a random press, each removing ¼ ½ ¾); the table, each length in OUT/t<T>/
+# (prompts.jsonl, papa.jsonl, presses.jsonl, results.md: the committed t2048/). About 6 hours on 2 cores, most of it
+# at 8 192 (about 1 minute a prompt a method; 2 048 alone: about 1 hour). --quick: T = 512, 2 keys, ½ only, four
+# presses, into OUT/t512/: a few minutes once kvpress's environment exists (making it takes about 5 minutes).
 set -euo pipefail
 quick=0
 if [ "${1:-}" = "--quick" ]; then quick=1; shift; fi
@@ -19,23 +20,27 @@ venv="${KVPRESS_VENV:-outputs/kvpress_venv}"
 sort=findings/long_context_retrieval/smollm2_t2048/sort_gates
 export HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 HF_HUB_DISABLE_PROGRESS_BARS=1 TRANSFORMERS_VERBOSITY=error
 if [ "$quick" = 1 ]; then
-  lengths="512"; keys="2"; ks="135"; ratios="0.5"; presses=(--presses StreamingLLM SnapKV random "DuoAttention (PAPA's ranking)")
+  runs=("512 2"); ks="135"; ratios="0.5"; presses=(--presses StreamingLLM SnapKV random "DuoAttention (PAPA's ranking)")
 else
-  lengths="2048 8192"; keys="20 10"; ks="66 135 204"; ratios="0.25 0.5 0.75"; presses=()
+  runs=("2048 20" "8192 10"); ks="66 135 204"; ratios="0.25 0.5 0.75"; presses=()
 fi
 mkdir -p "$out"
 bash "$here/make_env.sh" "$venv"
-# shellcheck disable=SC2086
-python "$here/prompts.py" --lengths $lengths --keys $keys --out "$out/prompts.jsonl"
 python -m papa duo-export "$sort" --model_name_or_path smollm2 --sink_size 4 --recent_size 64 \
     --output_dir "$out/duo_pattern"
-# shellcheck disable=SC2086
-[ -f "$out/papa.jsonl" ] || python "$here/papa_side.py" --prompts "$out/prompts.jsonl" \
-    --sorted_heads "$sort/sorted_heads.json" --toeplitz findings/long_context_reach/t2048/toeplitz --ks $ks \
-    --window 64 --out "$out/papa.jsonl"
 model="$(python -c 'from papa.models.bundled import local_model_path; print(local_model_path("smollm2"))')"
-# shellcheck disable=SC2086
-[ -f "$out/presses.jsonl" ] || "$venv/bin/python" "$here/press_side.py" --model "$model" \
-    --prompts "$out/prompts.jsonl" --ratios $ratios "${presses[@]}" --duo_pattern "$out/duo_pattern" \
-    --out "$out/presses.jsonl"
-python "$here/table.py" --rows "$out/papa.jsonl" "$out/presses.jsonl" --out "$out/results.md"
+for run in "${runs[@]}"; do  # each length into its own folder, OUT/t<T>/ (as the committed t2048/)
+  read -r length keys <<< "$run"
+  o="$out/t$length"
+  mkdir -p "$o"
+  [ -f "$o/prompts.jsonl" ] || python "$here/prompts.py" --lengths "$length" --keys "$keys" --out "$o/prompts.jsonl"
+  # shellcheck disable=SC2086
+  [ -f "$o/papa.jsonl" ] || python "$here/papa_side.py" --prompts "$o/prompts.jsonl" \
+      --sorted_heads "$sort/sorted_heads.json" --toeplitz findings/long_context_reach/t2048/toeplitz --ks $ks \
+      --window 64 --out "$o/papa.jsonl"
+  # shellcheck disable=SC2086
+  [ -f "$o/presses.jsonl" ] || "$venv/bin/python" "$here/press_side.py" --model "$model" \
+      --prompts "$o/prompts.jsonl" --ratios $ratios "${presses[@]}" --duo_pattern "$out/duo_pattern" \
+      --out "$o/presses.jsonl"
+  python "$here/table.py" --rows "$o/papa.jsonl" "$o/presses.jsonl" --out "$o/results.md"
+done
