@@ -113,8 +113,9 @@ def main(argv=None):
     rows = [json.loads(line) for path in args.rows for line in open(path)]
     load = os.getloadavg()
     head = [f"# PAPA and kvpress's presses, SmolLM2, pass key: {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}",
-            "", f"{os.cpu_count()} cores, load average {load[0]:.1f} / {load[1]:.1f} / {load[2]:.1f} at the end; "
-            "float32, batch 1. Times are medians over the prompts, each side's methods interleaved per prompt.", ""]
+            "", f"{os.cpu_count()} cores, load average {load[0]:.1f} / {load[1]:.1f} / {load[2]:.1f} when this table "
+            "was made; float32, batch 1. Times are medians over the prompts, each side's methods interleaved per "
+            "prompt.", ""]
     from papa.io import save_text
 
     text = "\n".join(head + table(rows) + differences(rows)) + "\n"

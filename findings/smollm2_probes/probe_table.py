@@ -70,9 +70,10 @@ def main(argv=None):
               os.path.join(args.folder, "results.csv"))
     n = rows[0]["n"]
     lines = [f"# {args.title}", "", f"n = {n} evaluation examples, one seed (42). Change vs k = 0 with a 95% paired "
-             f"bootstrap interval ({args.samples} resamples of the evaluation examples, seed {BOOTSTRAP_SEED}); * marks "
-             "one that excludes 0.", "",
-             "| variant | k | constant heads (fraction) | accuracy (± SE) | change vs k=0 [95% interval] | share predicted 1 |",
+             f"bootstrap interval ({args.samples} resamples of the evaluation examples, seed {BOOTSTRAP_SEED}); "
+             "* marks one that excludes 0.", "",
+             "| variant | k | constant heads (fraction) | accuracy (± SE) | change vs k=0 [95% interval] "
+             "| share predicted 1 |",
              "| --- | ---: | ---: | ---: | ---: | ---: |"]
     for r in rows:
         change = "undefined (k = 0 scored 0)" if r["rel_change"] is None else f"{100 * r['rel_change']:+.1f}%"
