@@ -8,9 +8,10 @@
 # ¼ ½ ¾ of round 6's gates ranking of K/V groups constant, Toeplitz constants cut to a reach of 64 and sink_window
 # constants of 64) and kvpress's (StreamingLLM, SnapKV, TOVA, Knorm, ExpectedAttention, PyramidKV, AdaKV,
 # DuoAttention given PAPA's ranking, a random press, each removing ¼ ½ ¾); the table, each length in OUT/t<T>/
-# (prompts.jsonl, papa.jsonl, presses.jsonl, results.md: the committed t2048/). About 6 hours on 2 cores, most of it
-# at 8 192 (about 1 minute a prompt a method; 2 048 alone: about 1 hour). --quick: T = 512, 2 keys, ½ only, four
-# presses, into OUT/t512/: a few minutes once kvpress's environment exists (making it takes about 5 minutes).
+# (prompts.jsonl, papa.jsonl, presses.jsonl, results.md: the committed t2048/), each prompt prefilled once for every
+# press (shared_prefill.py), and check_shared_prefill.py's comparison with real prefills under each press. Its time
+# is in the README (most of it PAPA's side at 8 192, where each method prefills on its own). --quick: T = 512, 2 keys,
+# ½ only, four presses, into OUT/t512/: a few minutes once kvpress's environment exists (making it: about 5 min).
 set -euo pipefail
 quick=0
 if [ "${1:-}" = "--quick" ]; then quick=1; shift; fi
@@ -41,6 +42,9 @@ for run in "${runs[@]}"; do  # each length into its own folder, OUT/t<T>/ (as th
   # shellcheck disable=SC2086
   [ -f "$o/presses.jsonl" ] || "$venv/bin/python" "$here/press_side.py" --model "$model" \
       --prompts "$o/prompts.jsonl" --ratios $ratios "${presses[@]}" --duo_pattern "$out/duo_pattern" \
-      --out "$o/presses.jsonl"
+      --shared_prefill --out "$o/presses.jsonl"
   python "$here/table.py" --rows "$o/papa.jsonl" "$o/presses.jsonl" --out "$o/results.md"
 done
+# the shared prefill's caches against real prefills under each press, on the first prompt (every press, ½)
+"$venv/bin/python" "$here/check_shared_prefill.py" --model "$model" --prompts "$out/t${runs[0]%% *}/prompts.jsonl" \
+    --count 1 --duo_pattern "$out/duo_pattern"
