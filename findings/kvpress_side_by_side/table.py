@@ -79,6 +79,10 @@ def differences(rows):
 
 def table(rows):
     stock = stock_bytes(rows)
+    missing = sorted({(r["length"], r["index"]) for r in rows} - set(stock))
+    if missing:
+        raise SystemExit(f"no stock row for the prompts (length, index) {missing[:3]}...: the cache ratios divide by "
+                         "it; pass papa_side.py's rows (its method 'stock') beside the presses'")
     cells = defaultdict(list)
     for r in rows:
         cells[(r["length"], r["method"], r["fraction"])].append(r)
