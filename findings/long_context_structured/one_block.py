@@ -52,9 +52,9 @@ def main(argv=None):
     text = "\n".join(lines) + "\n"
     print(text, end="")
     if args.out:
-        with open(args.out + ".tmp", "w") as f:
-            f.write(text)
-        os.replace(args.out + ".tmp", args.out)
+        from papa.io import save_text
+
+        save_text(text, args.out)
 
 
 if __name__ == "__main__":

@@ -99,9 +99,9 @@ def main():
     report = "\n".join(lines) + "\n"
     print(report)
     if args.out:
-        with open(args.out + ".tmp", "w") as f:
-            f.write(report)
-        os.replace(args.out + ".tmp", args.out)
+        from papa.io import save_text
+
+        save_text(report, args.out)
 
 
 if __name__ == "__main__":
