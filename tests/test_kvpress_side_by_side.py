@@ -60,6 +60,19 @@ def test_the_differences_use_only_prompts_both_methods_ran():
     assert "+50 [" in line and "(n = 2)" in line
 
 
+def test_papa_fractions_pair_with_the_nearest_press_fraction():
+    assert table.nearest_fraction(66 / 270, [0.25, 0.5, 0.75]) == 0.25
+    assert table.nearest_fraction(204 / 270, [0.25, 0.5, 0.75]) == 0.75
+    assert table.nearest_fraction(0.4, [0.25, 0.5, 0.75]) is None  # 0.1 from the nearest: not compared
+    rows = [{"method": m, "fraction": f, "length": 8, "index": i, "found": hit}
+            for m, f, hits in (("PAPA x", 204 / 270, (1, 1)), ("kvpress y", 0.75, (0, 1)), ("kvpress y", 0.25, (1, 1)))
+            for i, hit in enumerate(hits)]
+    lines = table.differences(rows)
+    assert any("PAPA 0.756 removed against the presses' 0.75" in line for line in lines)
+    rows_y = [line for line in lines if line.startswith("| kvpress y")]
+    assert len(rows_y) == 1 and rows_y[0].startswith("| kvpress y | +50 [")  # against 0.75's (0, 1), not 0.25's
+
+
 def test_greedy_decoding_on_a_prefilled_cache_is_generates():
     from transformers import DynamicCache, LlamaConfig, LlamaForCausalLM
 

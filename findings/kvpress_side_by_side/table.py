@@ -1,8 +1,9 @@
 """The side-by-side table: per prompt length, each method and fraction's keys found (95% Wilson interval), its
 cache during decoding as measured (× the stock model's on the same prompts) and as the press says it removed, median
 prefill seconds, decode milliseconds per token and how far the resident memory grew during a prompt (measure.PeakRss);
-then each PAPA row minus each press at the same nominal fraction, in points of keys found, with a 95% paired bootstrap
-interval over the prompts both ran (10 000 resamples, seed 0; * where it excludes 0).
+then each PAPA row minus each press at the nearest nominal fraction (within 0.05: PAPA's fractions are whole K/V
+groups), in points of keys found, with a 95% paired bootstrap interval over the prompts both ran (10 000 resamples,
+seed 0; * where it excludes 0).
 
     python findings/kvpress_side_by_side/table.py --rows OUT/papa.jsonl OUT/presses.jsonl --out OUT/results.md
 """
@@ -47,26 +48,40 @@ def paired_difference(a, b, rng):
     return 100 * float((a - b).mean()), float(low), float(high)
 
 
+NEAREST = 0.05  # a PAPA fraction is compared with the presses' nearest one within this distance
+
+
+def nearest_fraction(fraction, press_fractions):
+    """The press fraction nearest a PAPA row's nominal one (whole K/V groups: 66 of 270 heads is 0.244), or None
+    when none lies within NEAREST."""
+    best = min(press_fractions, key=lambda p: (abs(p - fraction), p), default=None)
+    return best if best is not None and abs(best - fraction) <= NEAREST else None
+
+
 def differences(rows):
-    """Per length and nominal fraction, each PAPA row − each press's, keys found in points with its interval."""
+    """Per length and PAPA fraction, each PAPA row − each press's at the nearest nominal fraction (within NEAREST),
+    keys found in points with its interval."""
     found = defaultdict(dict)  # (length, method, fraction) -> {prompt index: 0/1}
     for r in rows:
         found[(r["length"], r["method"], r["fraction"])][r["index"]] = float(r["found"])
     lines, rng = [], np.random.default_rng(SEED)
     for length in sorted({r["length"] for r in rows}):
-        for fraction in sorted({f for ln, _, f in found if ln == length and f > 0}):
+        at = lambda prefix: {f for ln, m, f in found if ln == length and f > 0 and m.startswith(prefix)}  # noqa: E731
+        press_fractions = sorted(at("kvpress"))
+        for fraction in sorted(at("PAPA")):
+            pressed = nearest_fraction(fraction, press_fractions)
             papa = sorted(m for ln, m, f in found if (ln, f) == (length, fraction) and m.startswith("PAPA"))
-            presses = sorted(m for ln, m, f in found if (ln, f) == (length, fraction) and m.startswith("kvpress"))
+            presses = sorted(m for ln, m, f in found if (ln, f) == (length, pressed) and m.startswith("kvpress"))
             if not papa or not presses:
                 continue
-            lines += [f"### {length} tokens, {fraction:.2f} removed (nominal): PAPA − press, keys found in points "
-                      "[95% paired bootstrap interval over the prompts]", "",
-                      "| press | " + " | ".join(f"{m} −" for m in papa) + " |",
+            lines += [f"### {length} tokens, PAPA {fraction:.3f} removed against the presses' {pressed:.2f} "
+                      "(nominal): PAPA − press, keys found in points [95% paired bootstrap interval over the prompts]",
+                      "", "| press | " + " | ".join(f"{m} −" for m in papa) + " |",
                       "| --- |" + " ---: |" * len(papa)]
             for press in presses:
                 cells = []
                 for method in papa:
-                    a, b = found[(length, method, fraction)], found[(length, press, fraction)]
+                    a, b = found[(length, method, fraction)], found[(length, press, pressed)]
                     both = sorted(set(a) & set(b))
                     mean, low, high = paired_difference(np.array([a[i] for i in both]),
                                                         np.array([b[i] for i in both]), rng)
