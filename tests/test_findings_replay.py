@@ -70,6 +70,16 @@ def test_the_sample_changes_with_the_commit_and_is_the_same_in_every_worker():
         chosen(folders, "f99", "abc")
 
 
+@pytest.mark.parametrize("args", [["--quik"], ["--quick", "a", "b"], ["out", "--quick"]])
+def test_every_replay_script_refuses_bad_arguments_before_writing(args, tmp_path):
+    for script in SCRIPTS:  # each parses [--quick] [OUT] with findings/replay_args.sh, before its first step
+        proc = subprocess.run(["bash", str(script.relative_to(REPO)), *args], cwd=REPO, capture_output=True,
+                              text=True, env={**os.environ, "DATA_DIR": str(tmp_path / "unused")}, timeout=60)
+        assert proc.returncode == 2, (script, proc.stdout[-500:], proc.stderr[-500:])
+        rest = " ".join(args[1:] if args[0] == "--quick" else args)  # what is left once --quick is read
+        assert proc.stderr == f"error: bash findings/{script.parent.name}/run.sh takes [--quick] [OUT], not '{rest}'\n"
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("script", SCRIPTS, ids=lambda p: p.parent.name)
 def test_a_findings_quick_replay_runs(script, tmp_path):

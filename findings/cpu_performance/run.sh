@@ -17,10 +17,7 @@
 # benchmark's memory figures come from child processes) and busy_machine.py's fixed batch of 32 x 64 (85 s); the same
 # programs and kinds of tables.
 set -euo pipefail
-quick=0
-if [ "${1:-}" = "--quick" ]; then quick=1; shift; fi
-out="${1:-outputs/findings/cpu_performance}"
-export HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1
+source findings/replay_args.sh "$@"  # quick, out, data; the offline settings
 mkdir -p "$out"
 ranking=benchmarks/minilm_sst2_sorted_heads.json
 bench() {  # name, then the benchmark's flags: skipped when OUT/<name>.json exists

@@ -12,11 +12,7 @@
 # about 3 minutes on an idle machine (from its stages' CPU time; 6.6 minutes measured on 2 cores shared with other
 # jobs, load average 6-8), the same commands and stages.
 set -euo pipefail
-quick=0
-if [ "${1:-}" = "--quick" ]; then quick=1; shift; fi
-out="${1:-outputs/findings/gemma3_lm_qnli}"
-data="${DATA_DIR:-../shared/data}"
-export HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1
+source findings/replay_args.sh "$@"  # quick, out, data; the offline settings
 if [ "$quick" = 1 ]; then T=32; ks="0 36"; train=4; rank=2; evals=8; orders=2
 else T=128; ks="0 18 36 54 72"; train=128; rank=32; evals=32; orders=5; fi
 mkdir -p "$out"

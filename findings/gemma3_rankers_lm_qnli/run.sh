@@ -17,11 +17,7 @@
 # command with another --ranker): about 4 minutes on an idle machine (from its stages' CPU time; 14.5 minutes
 # measured on 2 cores shared with other jobs, load average 9-11), the same scripts and stages.
 set -euo pipefail
-quick=0
-if [ "${1:-}" = "--quick" ]; then quick=1; shift; fi
-out="${1:-outputs/findings/gemma3_rankers_lm_qnli}"
-data="${DATA_DIR:-../shared/data}"
-export HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1
+source findings/replay_args.sh "$@"  # quick, out, data; the offline settings
 if [ "$quick" = 1 ]; then
   T=32; ks="0 36"; seed_ks="0 36"; pair_ks="36"; train=4; rank=1; steps=2; evals=8; orders=2; seeds="1"
   seeded="loo"

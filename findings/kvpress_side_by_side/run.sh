@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # Replays this finding from the repository root into a scratch folder (default outputs/findings/kvpress_side_by_side):
 #   bash findings/kvpress_side_by_side/run.sh [--quick] [OUT]
-# requires: kvpress
-# (kvpress in an environment of its own, made here by make_env.sh at $KVPRESS_VENV, default outputs/kvpress_venv; the
-# project's tests skip this replay, their environment has no kvpress.)
+# (kvpress in an environment of its own, made here by make_env.sh at $KVPRESS_VENV, default outputs/kvpress_venv,
+# with pip from the package index: the project's environment needs no kvpress, and the tests' replay sample can draw
+# this folder like any other.)
 # Full: the pass-key prompts at 2 048 (20 keys) and 8 192 tokens (10 keys); PAPA's side (the stock model, the first
 # ¼ ½ ¾ of round 6's gates ranking of K/V groups constant, Toeplitz constants cut to a reach of 64 and sink_window
 # constants of 64) and kvpress's (StreamingLLM, SnapKV, TOVA, Knorm, ExpectedAttention, PyramidKV, AdaKV,
@@ -13,13 +13,11 @@
 # is in the README (most of it PAPA's side at 8 192, where each method prefills on its own). --quick: T = 512, 2 keys,
 # ½ only, four presses, into OUT/t512/: a few minutes once kvpress's environment exists (making it: about 5 min).
 set -euo pipefail
-quick=0
-if [ "${1:-}" = "--quick" ]; then quick=1; shift; fi
-out="${1:-outputs/findings/kvpress_side_by_side}"
+source findings/replay_args.sh "$@"  # quick, out, data; the offline settings
 here=findings/kvpress_side_by_side
 venv="${KVPRESS_VENV:-outputs/kvpress_venv}"
 sort=findings/long_context_retrieval/smollm2_t2048/sort_gates
-export HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 HF_HUB_DISABLE_PROGRESS_BARS=1 TRANSFORMERS_VERBOSITY=error
+export HF_HUB_DISABLE_PROGRESS_BARS=1 TRANSFORMERS_VERBOSITY=error
 if [ "$quick" = 1 ]; then
   runs=("512 2"); ks="135"; ratios="0.5"; presses=(--presses StreamingLLM SnapKV random "DuoAttention (PAPA's ranking)")
 else

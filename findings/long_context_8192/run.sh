@@ -10,10 +10,7 @@
 # (benchmarks/long_context_memory.py). About 2 hours 15 minutes on 2 cores. --quick: T = 1 024, 2 examples, two
 # random orders, a 2-step ranking at 256 and 512, generation at 512 tokens: a few minutes.
 set -euo pipefail
-quick=0
-if [ "${1:-}" = "--quick" ]; then quick=1; shift; fi
-out="${1:-outputs/findings/long_context_8192}"
-data="${DATA_DIR:-../shared/data}"
+source findings/replay_args.sh "$@"  # quick, out, data; the offline settings
 compare=findings/long_context_retrieval/compare.py
 const=findings/long_context_reach/t2048/toeplitz
 sort=findings/long_context_retrieval/smollm2_t2048/sort_gates
@@ -23,7 +20,6 @@ else
   T=8192; short=2048; keys=10; natural=20; blocks=2; orders="1 2 3 4 5"; lengths="1024 2048 4096 8192"; steps=32
   context=8192; new=32; rounds=2
 fi
-export HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1
 mkdir -p "$out"
 reach=(--static_heads_dir "$const" --constants toeplitz --window 64)
 

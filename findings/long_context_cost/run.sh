@@ -16,11 +16,7 @@
 # T = 128 and 256, 2 rounds; one long_context.py call at T = 64 with every step (1 block each, 1 round, the taylor
 # ranking in the timing): 17 min 27 s at load 12 here, niced (2 min 33 s of CPU: each step is a fresh process).
 set -euo pipefail
-quick=0
-if [ "${1:-}" = "--quick" ]; then quick=1; shift; fi
-out="${1:-outputs/findings/long_context_cost}"
-data="${DATA_DIR:-../shared/data}"
-export HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1
+source findings/replay_args.sh "$@"  # quick, out, data; the offline settings
 sort="$out/sort_taylor"
 mkdir -p "$out" "$sort"
 

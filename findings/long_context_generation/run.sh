@@ -8,13 +8,9 @@
 # 3 minutes on 2 cores (estimated from generation.md's 5.3 tokens/s; the README states no time). --quick: a 256-token
 # context, 8 new tokens, 2 rounds, the same script and report: 1 min 39 s at load 11-12 here, niced (11 s of CPU).
 set -euo pipefail
-quick=0
-if [ "${1:-}" = "--quick" ]; then quick=1; shift; fi
-out="${1:-outputs/findings/long_context_generation}"
+source findings/replay_args.sh "$@"  # quick, out, data; the offline settings
 here=findings/long_context_generation
-data="${DATA_DIR:-../shared/data}"
 if [ "$quick" = 1 ]; then context=256; new=8; rounds=2; else context=2048; new=32; rounds=11; fi
-export HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1
 mkdir -p "$out"
 
 [ -f "$out/generation.md" ] || python "$here/generation.py" --context "$context" --new_tokens "$new" --groups 1,2 \

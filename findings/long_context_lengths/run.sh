@@ -10,11 +10,8 @@
 # 2 and 8 evaluated, the same 256 tokens), k = 0 and 135, the same scripts and table: 10 min 12 s at load 12-13
 # here, niced (about 1 minute a sweep at load 8).
 set -euo pipefail
-quick=0
-if [ "${1:-}" = "--quick" ]; then quick=1; shift; fi
-out="${1:-outputs/findings/long_context_lengths}"
+source findings/replay_args.sh "$@"  # quick, out, data; the offline settings
 here=findings/long_context_lengths
-data="${DATA_DIR:-../shared/data}"
 if [ "$quick" = 1 ]; then
   tasks="lm_qnli"; long=128; short=32; long_train=2; long_eval=2; short_train=2; short_eval=8; ks="0 135"
   short_batch=8
@@ -22,7 +19,6 @@ else
   tasks="lm_qnli lm_mrpc"; long=1024; short=128; long_train=16; long_eval=8; short_train=128; short_eval=64
   ks="0 135 270"; short_batch=16
 fi
-export HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1
 mkdir -p "$out"
 
 for task in $tasks; do

@@ -7,14 +7,11 @@
 # then the shortest reach's half at 8 192 tokens against the stock model there (10 keys, a minute a key each).
 # About 80 minutes on 2 cores. --quick: T = 512 (and 1 024), 2 keys, two reaches, ½ only: about 3 minutes.
 set -euo pipefail
-quick=0
-if [ "${1:-}" = "--quick" ]; then quick=1; shift; fi
-out="${1:-outputs/findings/long_context_reach}"
+source findings/replay_args.sh "$@"  # quick, out, data; the offline settings
 here=findings/long_context_reach
 sort=findings/long_context_retrieval/smollm2_t2048/sort_gates
 if [ "$quick" = 1 ]; then T=512; long=1024; keys=2; few=2; train=2; windows="64 256"; ks="135"
 else T=2048; long=8192; keys=20; few=10; train=16; windows="64 256 1024 2048"; ks="135 204"; fi
-export HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1
 mkdir -p "$out"
 common=(--model_name_or_path smollm2 --task_name passkey)
 

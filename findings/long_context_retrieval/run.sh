@@ -8,11 +8,8 @@
 # (the 8 192-token evaluations take a minute a key). --quick: T = 512 (and 1 024), 2 keys, gates and taylor with 2
 # steps, one random order, k = 0 and ½: about 5 minutes, the same commands and scripts.
 set -euo pipefail
-quick=0
-if [ "${1:-}" = "--quick" ]; then quick=1; shift; fi
-out="${1:-outputs/findings/long_context_retrieval}"
+source findings/replay_args.sh "$@"  # quick, out, data; the offline settings
 here=findings/long_context_retrieval
-export HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1
 if [ "$quick" = 1 ]; then
   T=512; lengths="512 1024"; long="1024"; keys=2; few=2; train=2; rank=2; steps=2; orders=1; ks="0 135"
   rankers="gates taylor"

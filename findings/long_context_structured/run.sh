@@ -16,12 +16,8 @@
 # T = 128 (2 blocks), the same commands, tables (one_block.py's on the T = 128 runs) and far_weight.py: 13 min 19 s
 # at load 11-13 here, niced (1 min 24 s of CPU: 9 fresh processes).
 set -euo pipefail
-quick=0
-if [ "${1:-}" = "--quick" ]; then quick=1; shift; fi
-out="${1:-outputs/findings/long_context_structured}"
+source findings/replay_args.sh "$@"  # quick, out, data; the offline settings
 here=findings/long_context_structured
-data="${DATA_DIR:-../shared/data}"
-export HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1
 O="$out/runs" SORT="$out/sort_taylor"
 mkdir -p "$O" "$SORT"
 

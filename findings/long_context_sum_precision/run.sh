@@ -7,13 +7,9 @@
 # JSON: about 10 minutes of CPU (measured: 45 min wall at load 12, niced; the README states no time). --quick: 8
 # blocks of 32 tokens, the same script and table: 2 min 35 s at load 11-13 here, niced (21 s of CPU).
 set -euo pipefail
-quick=0
-if [ "${1:-}" = "--quick" ]; then quick=1; shift; fi
-out="${1:-outputs/findings/long_context_sum_precision}"
+source findings/replay_args.sh "$@"  # quick, out, data; the offline settings
 here=findings/long_context_sum_precision
-data="${DATA_DIR:-../shared/data}"
 if [ "$quick" = 1 ]; then T=32; blocks=8; batch=4; else T=128; blocks=256; batch=4; fi
-export HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1
 mkdir -p "$out"
 
 # the pass: float32 and float64 sums of the same lower triangles; the script prints its result as JSON

@@ -11,11 +11,7 @@
 # --quick: SST-2 and NER, 64 training and 32 validation examples, T = 32, one epoch, k = 0 and 36, seed 1 with its
 # own ranking run, the same controls and tables: 61 s on 2 cores shared with other jobs (load 3; 119 s at load 6).
 set -euo pipefail
-quick=0
-if [ "${1:-}" = "--quick" ]; then quick=1; shift; fi
-out="${1:-outputs/findings/minilm_ablations}"
-data="${DATA_DIR:-../shared/data}"
-export HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1
+source findings/replay_args.sh "$@"  # quick, out, data; the offline settings
 if [ "$quick" = 1 ]; then
   tasks="sst2 ner"; train=64; eval=32; epochs=1; T=32; ks="0 36"; seeds="1"
 else

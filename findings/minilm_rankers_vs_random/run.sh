@@ -15,11 +15,7 @@
 # seed 1, the same three parts with the quicker rankers (1. λ and taylor; 3. λ and gates), two stages at a time:
 # 91 s on 2 cores shared with other jobs (load 3; 204 s at load 5).
 set -euo pipefail
-quick=0
-if [ "${1:-}" = "--quick" ]; then quick=1; shift; fi
-out="${1:-outputs/findings/minilm_rankers_vs_random}"
-data="${DATA_DIR:-../shared/data}"
-export HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1
+source findings/replay_args.sh "$@"  # quick, out, data; the offline settings
 if [ "$quick" = 1 ]; then
   tasks="sst2"; train=64; eval=32; epochs=1; T=32; ks="0 63"; orders=2; seeds="1"; one="lambda taylor"
   others="lambda gates"

@@ -10,11 +10,7 @@
 # k = 0 and 36, seed 1, the same controls and summary: 44 s on 2 cores shared with other jobs (load 3; 112 s at load 6),
 # the same command and files.
 set -euo pipefail
-quick=0
-if [ "${1:-}" = "--quick" ]; then quick=1; shift; fi
-out="${1:-outputs/findings/minilm_real_data_grid}"
-data="${DATA_DIR:-../shared/data}"
-export HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1
+source findings/replay_args.sh "$@"  # quick, out, data; the offline settings
 if [ "$quick" = 1 ]; then
   tasks="sst2 ner"; train=64; eval=32; epochs=1; T=32; ks="0 36"; seeds="1"
 else

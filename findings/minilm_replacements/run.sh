@@ -12,11 +12,7 @@
 # best_of on the first 8, T = 32, one epoch, k = 0 and 36, both tasks, the same controls and tables, two stages at a
 # time: 73 s on 2 cores shared with other jobs (load 3).
 set -euo pipefail
-quick=0
-if [ "${1:-}" = "--quick" ]; then quick=1; shift; fi
-out="${1:-outputs/findings/minilm_replacements}"
-data="${DATA_DIR:-../shared/data}"
-export HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1
+source findings/replay_args.sh "$@"  # quick, out, data; the offline settings
 if [ "$quick" = 1 ]; then
   train=64; eval=32; rank=8; epochs=1; T=32; ks="0 36"
   launch=(--launcher local --max_parallel 2 --cpus_per_stage 1)

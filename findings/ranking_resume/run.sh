@@ -7,12 +7,8 @@
 # minutes on 2 cores (loo's one batch about 6.5 minutes a run). --quick: T = 32, one block (loo: one batch of one),
 # the gates 2 steps, the same kills and checks: about 2 minutes.
 set -euo pipefail
-quick=0
-if [ "${1:-}" = "--quick" ]; then quick=1; shift; fi
-out="${1:-outputs/findings/ranking_resume}"
-data="${DATA_DIR:-../shared/data}"
+source findings/replay_args.sh "$@"  # quick, out, data; the offline settings
 here=findings/ranking_resume
-export HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1
 mkdir -p "$out"
 if [ "$quick" = 1 ]; then
   python "$here/kill_and_resume.py" --work "$out/work" --data_dir "$data" --max_length 32 --average_blocks 2 \

@@ -12,11 +12,8 @@
 # with 8 held out at k = 0 and 6: about 1.5 minutes, the same scripts and stages (2.6 minutes measured on 2 cores
 # shared with other jobs, load average 9-11).
 set -euo pipefail
-quick=0
-if [ "${1:-}" = "--quick" ]; then quick=1; shift; fi
-out="${1:-outputs/findings/small_decoder}"
-data="${DATA_DIR:-../shared/data}"
-export HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 TOKENIZERS_PARALLELISM=false OMP_NUM_THREADS=1
+source findings/replay_args.sh "$@"  # quick, out, data; the offline settings
+export TOKENIZERS_PARALLELISM=false OMP_NUM_THREADS=1
 if [ "$quick" = 1 ]; then steps=30; batch=4; every=10; minutes=5; lines=4; train=16; evals=8; ks="0 6"
 else steps=4000; batch=16; every=250; minutes=45; lines=0; train=2000; evals=500; ks="0 3 6 9 12"; fi
 mkdir -p "$out"

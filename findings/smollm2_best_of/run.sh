@@ -17,12 +17,8 @@
 # alone, a minute of CPU even so): the same programs and tables, 173 s here under nice -n 10 at load 3 on 2 cores
 # (133 s of CPU time).
 set -euo pipefail
-quick=0
-if [ "${1:-}" = "--quick" ]; then quick=1; shift; fi
-out="${1:-outputs/findings/smollm2_best_of}"
+source findings/replay_args.sh "$@"  # quick, out, data; the offline settings
 here=findings/smollm2_best_of
-data="${DATA_DIR:-../shared/data}"
-export HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1
 if [ "$quick" = 1 ]; then
   T=32; train=4; rank=2; held=2; ks="0 135"; best_ks="135"; choices="1"; seeded_blocks=1; seeds="1"; tasks="lm_qnli"
 else

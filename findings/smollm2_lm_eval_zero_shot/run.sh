@@ -15,11 +15,7 @@
 # --quick: the same two steps on 8 training blocks (taylor on 4, 4 held-out blocks), k = 0 and 135, 2 documents per
 # task: 5.5 minutes on a machine loaded 11-13 on its 2 cores (lm-eval's start-up and bootstrap most).
 set -euo pipefail
-quick=0
-if [ "${1:-}" = "--quick" ]; then quick=1; shift; fi
-out="${1:-outputs/findings/smollm2_lm_eval_zero_shot}"
-data="${DATA_DIR:-../shared/data}"
-export HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1
+source findings/replay_args.sh "$@"  # quick, out, data; the offline settings
 if [ "$quick" = 1 ]; then
   sweep=(--ranker_max_samples 4 --max_train_samples 8 --max_eval_samples 4); ks="0 135"; limit=2
 else

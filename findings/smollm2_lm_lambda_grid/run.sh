@@ -10,11 +10,7 @@
 # --quick: the same grid on 8 training and 4 held-out blocks of 64 tokens, k = 0 and 135, one seed: 3 minutes on a
 # machine loaded 11-12 on its 2 cores (most of it the stages' start-up).
 set -euo pipefail
-quick=0
-if [ "${1:-}" = "--quick" ]; then quick=1; shift; fi
-out="${1:-outputs/findings/smollm2_lm_lambda_grid}"
-data="${DATA_DIR:-../shared/data}"
-export HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1
+source findings/replay_args.sh "$@"  # quick, out, data; the offline settings
 if [ "$quick" = 1 ]; then
   size=(--static_heads_nums 0 135 --seeds 1 --max_train_samples 8 --max_eval_samples 4 --max_seq_length 64)
 else

@@ -20,11 +20,7 @@
 # examples, k = 0 and ½ in the sweeps, one seed; of the hand runs repeat's ranking run, k = 0 and PAPA's half,
 # SST-2's averages, k = 0 and random half (before the k = 0 runs were added: 7 minutes on a machine loaded 11-14 on its 2 cores, most of it process start-up).
 set -euo pipefail
-quick=0
-if [ "${1:-}" = "--quick" ]; then quick=1; shift; fi
-out="${1:-outputs/findings/smollm2_probes}"
-data="${DATA_DIR:-../shared/data}"
-export HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1
+source findings/replay_args.sh "$@"  # quick, out, data; the offline settings
 if [ "$quick" = 1 ]; then
   rep_n=8; rep_eval=8; sst_n=8; sst_eval=8; probe_n=8; probe_eval=8; seeds="1"; sweep_ks="0 135"
   # of the hand runs: repeat's ranking run, k = 0 and PAPA's half, SST-2's averages, k = 0 and random half

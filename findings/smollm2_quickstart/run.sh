@@ -7,11 +7,7 @@
 # README). --quick: the same command on 8 training and 4 held-out blocks of 64 tokens, k = 0, 135, 270: 100 s on a
 # machine loaded 11 on its 2 cores (80 s of stages).
 set -euo pipefail
-quick=0
-if [ "${1:-}" = "--quick" ]; then quick=1; shift; fi
-out="${1:-outputs/findings/smollm2_quickstart}"
-data="${DATA_DIR:-../shared/data}"
-export HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1
+source findings/replay_args.sh "$@"  # quick, out, data; the offline settings
 if [ "$quick" = 1 ]; then
   size=(--max_train_samples 8 --max_eval_samples 4 --max_seq_length 64 --static_heads_nums 0 135 270)
 else

@@ -15,12 +15,8 @@
 # steps), 2 held-out blocks, k = 0 and 135, two random orders (a sweep adds none for one), seed 1 alone: the same
 # sweeps and tables, 224 s here under nice -n 10 at load 3 on 2 cores (51 s of CPU time).
 set -euo pipefail
-quick=0
-if [ "${1:-}" = "--quick" ]; then quick=1; shift; fi
-out="${1:-outputs/findings/smollm2_rankers_lm_mrpc}"
-data="${DATA_DIR:-../shared/data}"
+source findings/replay_args.sh "$@"  # quick, out, data; the offline settings
 here=findings/smollm2_rankers_lm_qnli  # seeds_vs_random.py
-export HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1
 if [ "$quick" = 1 ]; then
   T=32; train=4; rank=2; held=2; steps=2; orders=2; ks="0 135"; compared="135"; seeds="1"
 else

@@ -12,11 +12,7 @@
 # each). --quick: T = 32, 4 training blocks (ranking on 2), 2 held-out blocks, k = 0 and 135, seed 1 alone: the same
 # sweeps and tables, 83 s here under nice -n 10 at load 3 on 2 cores (28 s of CPU time).
 set -euo pipefail
-quick=0
-if [ "${1:-}" = "--quick" ]; then quick=1; shift; fi
-out="${1:-outputs/findings/smollm2_replacements_lm_mrpc}"
-data="${DATA_DIR:-../shared/data}"
-export HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1
+source findings/replay_args.sh "$@"  # quick, out, data; the offline settings
 if [ "$quick" = 1 ]; then
   budget=(--max_seq_length 32 --max_train_samples 4 --max_eval_samples 2 --ranker_max_samples 2); ks="0 135"; seeds="1"
 else

@@ -15,11 +15,7 @@
 # (ranking on 2), 2 held-out blocks, k = 0 and 135 (0 and 270 for all_heads), seed 1 alone, a one-batch benchmark: the
 # same programs and tables, 138 s here under nice -n 10 at load 3 on 2 cores (63 s of CPU time).
 set -euo pipefail
-quick=0
-if [ "${1:-}" = "--quick" ]; then quick=1; shift; fi
-out="${1:-outputs/findings/smollm2_replacements_lm_qnli}"
-data="${DATA_DIR:-../shared/data}"
-export HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1
+source findings/replay_args.sh "$@"  # quick, out, data; the offline settings
 if [ "$quick" = 1 ]; then
   T=32; train=4; rank=2; held=2; ks="0 135"; seeds="1"
   bench=(--avg_seq_len 32 --batch_size 2 --avg_batches 1 --avg_repeats 1)
