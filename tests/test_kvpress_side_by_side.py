@@ -73,6 +73,11 @@ def test_papa_fractions_pair_with_the_nearest_press_fraction():
     assert len(rows_y) == 1 and rows_y[0].startswith("| kvpress y | +50 [")  # against 0.75's (0, 1), not 0.25's
 
 
+def test_times_with_ranges_give_the_median_and_the_extremes():
+    assert table.spread([3.0, 1.0, 2.0, 10.0], "{:.1f}", True) == "2.5 (1.0–10.0)"
+    assert table.spread([3.0, 1.0, 2.0], "{:.2f}", False) == "2.00"
+
+
 def test_greedy_decoding_on_a_prefilled_cache_is_generates():
     from transformers import DynamicCache, LlamaConfig, LlamaForCausalLM
 

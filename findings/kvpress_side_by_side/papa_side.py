@@ -31,6 +31,8 @@ def main(argv=None):
     parser.add_argument("--toeplitz", required=True, help="The folder of the Toeplitz structured_constants.pt.")
     parser.add_argument("--ks", type=int, nargs="+", default=[66, 135, 204], help="Constant heads (whole groups).")
     parser.add_argument("--window", type=int, default=64, help="The constants' reach D (both kinds).")
+    parser.add_argument("--kinds", nargs="+", choices=("toeplitz", "sink_window"), default=["toeplitz", "sink_window"],
+                        help="The constants to run (default both; timing.sh runs toeplitz alone).")
     parser.add_argument("--new_tokens", type=int, default=16, help="Greedy tokens decoded after the question.")
     parser.add_argument("--threads", type=int, default=2, help="torch threads.")
     parser.add_argument("--out", required=True, help="The JSON-lines file of rows to write.")
@@ -52,6 +54,7 @@ def main(argv=None):
     ranking = load_sorted_heads(args.sorted_heads, L, H)
     constants = {"toeplitz": (sink, profile[..., :args.window].contiguous()),
                  "sink_window": sink_window(L, H, sinks=4, window=args.window)}
+    constants = {kind: constants[kind] for kind in args.kinds}
     models = {("stock", 0.0): stock}
     for kind, structured in constants.items():
         for k in args.ks:

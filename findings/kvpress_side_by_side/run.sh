@@ -9,7 +9,8 @@
 # constants of 64) and kvpress's (StreamingLLM, SnapKV, TOVA, Knorm, ExpectedAttention, PyramidKV, AdaKV,
 # DuoAttention given PAPA's ranking, a random press, each removing ¼ ½ ¾); the table, each length in OUT/t<T>/
 # (prompts.jsonl, papa.jsonl, presses.jsonl, results.md: the committed t2048/), each prompt prefilled once for every
-# press (shared_prefill.py), and check_shared_prefill.py's comparison with real prefills under each press. Its time
+# press (shared_prefill.py); the timing pass at 8 192 (timing.sh: t8192/timing/); check_shared_prefill.py's
+# comparison with real prefills under each press. Its time
 # is in the README (most of it PAPA's side at 8 192, where each method prefills on its own). --quick: T = 512, 2 keys,
 # ½ only, four presses, into OUT/t512/: a few minutes once kvpress's environment exists (making it: about 5 min).
 set -euo pipefail
@@ -43,6 +44,11 @@ for run in "${runs[@]}"; do  # each length into its own folder, OUT/t<T>/ (as th
       --shared_prefill --out "$o/presses.jsonl"
   python "$here/table.py" --rows "$o/papa.jsonl" "$o/presses.jsonl" --out "$o/results.md"
 done
+# the timing pass: stock, PAPA's half and the four presses that drop tokens, each with its own prefill, interleaved by
+# process (timing.sh; the committed t8192/timing/ ran on an otherwise idle machine)
+if [ "$quick" = 1 ]; then timed=(512 1); else timed=(8192 3); fi
+[ -f "$out/t${timed[0]}/timing/timing.md" ] || bash "$here/timing.sh" "$out/t${timed[0]}/prompts.jsonl" \
+    "$out/t${timed[0]}/timing" "${timed[1]}" "$venv"
 # the shared prefill's caches against real prefills under each press, on the first prompt (every press, ½)
 "$venv/bin/python" "$here/check_shared_prefill.py" --model "$model" --prompts "$out/t${runs[0]%% *}/prompts.jsonl" \
     --count 1 --duo_pattern "$out/duo_pattern"

@@ -75,7 +75,8 @@ def differences(rows):
             if not papa or not presses:
                 continue
             lines += [f"### {length} tokens, PAPA {fraction:.3f} removed against the presses' {pressed:.2f} "
-                      "(nominal): PAPA − press, keys found in points [95% paired bootstrap interval over the prompts]",
+                      "(nominal): PAPA − press, keys found in points "
+                      "[95% paired bootstrap interval over the prompts]",
                       "", "| press | " + " | ".join(f"{m} −" for m in papa) + " |",
                       "| --- |" + " ---: |" * len(papa)]
             for press in presses:
@@ -92,7 +93,13 @@ def differences(rows):
     return lines
 
 
-def table(rows):
+def spread(values, fmt, ranges):
+    """The median of values, formatted, with (min–max) after it when ranges is set."""
+    text = fmt.format(statistics.median(values))
+    return text + (" (" + fmt.format(min(values)) + "–" + fmt.format(max(values)) + ")" if ranges else "")
+
+
+def table(rows, ranges=False):
     stock = stock_bytes(rows)
     missing = sorted({(r["length"], r["index"]) for r in rows} - set(stock))
     if missing:
@@ -117,8 +124,8 @@ def table(rows):
                                     for r in group)
             lines.append(
                 f"| {method} | {fraction:.2f} | {ratio:.3f} | {own:.3f} | {hits}/{n} | [{low:.2f}, {high:.2f}] | "
-                f"{statistics.median(r['prefill_s'] for r in group):.2f} | "
-                f"{1000 * statistics.median(r['decode_s_per_token'] for r in group):.1f} | "
+                f"{spread([r['prefill_s'] for r in group], '{:.2f}', ranges)} | "
+                f"{spread([1000 * r['decode_s_per_token'] for r in group], '{:.1f}', ranges)} | "
                 f"{statistics.median(r['peak_rss_growth'] for r in group) / 1e6:.0f} |")
         lines.append("")
     return lines
@@ -128,16 +135,17 @@ def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--rows", nargs="+", required=True, help="papa_side.py's and press_side.py's JSON lines.")
     parser.add_argument("--out", required=True, help="The markdown table to write.")
+    parser.add_argument("--ranges", action="store_true", help="Times as median (min–max) over the prompts.")
     args = parser.parse_args(argv)
     rows = [json.loads(line) for path in args.rows for line in open(path)]
     load = os.getloadavg()
     head = [f"# PAPA and kvpress's presses, SmolLM2, pass key: {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}",
             "", f"{os.cpu_count()} cores, load average {load[0]:.1f} / {load[1]:.1f} / {load[2]:.1f} when this table "
-            "was made; float32, batch 1. Times are medians over the prompts, each side's methods interleaved per "
-            "prompt.", ""]
+            "was made; float32, batch 1. Times are medians over the prompts" + (" (min–max)" if args.ranges else "") +
+            ", each side's methods interleaved per prompt.", ""]
     from papa.io import save_text
 
-    text = "\n".join(head + table(rows) + differences(rows)) + "\n"
+    text = "\n".join(head + table(rows, args.ranges) + differences(rows)) + "\n"
     save_text(text, args.out)
     print(text)
 
