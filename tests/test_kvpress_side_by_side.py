@@ -78,6 +78,36 @@ def test_times_with_ranges_give_the_median_and_the_extremes():
     assert table.spread([3.0, 1.0, 2.0], "{:.2f}", False) == "2.00"
 
 
+@pytest.mark.parametrize("task", ["passkey", "passkey_multi", "multikey"])
+def test_each_prompt_splits_into_context_question_and_answer(task):
+    """prompts.py's split, read back as text: the three parts make the example, the question is the one asked (the
+    asked door's, or the asked key's) and ends where the answer starts, and the answer is the asked key's."""
+    from transformers import AutoTokenizer
+
+    from papa.data.retrieval import make_examples
+    from papa.errors import PapaError
+    from papa.models.bundled import local_model_path
+
+    prompts = load_module(FOLDER / "prompts.py")
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(local_model_path("smollm2"))
+    except PapaError as err:
+        pytest.skip(f"the bundled SmolLM2 cannot be had here: {err}")
+    for example in make_examples(task, tokenizer, 400, 5, "validation"):
+        context, question, answer = prompts.split_prompt(tokenizer, task, example)
+        assert context + question + answer == example.input_ids
+        asked = tokenizer.decode(question).strip()
+        text = tokenizer.decode(example.input_ids[example.needle[0]:example.needle[1]])  # the asked needle
+        if task == "multikey":
+            assert asked.startswith("What is the special magic number for " + example.key)
+            assert f"for {example.key} is: {tokenizer.decode(answer).strip()}." in text
+        else:
+            door = asked.split(" door?")[0].split()[-1] if task == "passkey_multi" else None
+            assert asked.startswith("What is the pass key") and asked.endswith("is")
+            assert (door is None) == ("door" not in text) and (door is None or f"the {door} door" in text)
+            assert tokenizer.decode(answer).strip() == example.key and example.key in text
+
+
 def test_greedy_decoding_on_a_prefilled_cache_is_generates():
     from transformers import DynamicCache, LlamaConfig, LlamaForCausalLM
 
