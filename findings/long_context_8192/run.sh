@@ -7,8 +7,8 @@
 # (MRPC's news sentences: 20 keys at 2 048, 10 at 8 192); the four RULER-style tasks, 10 examples each (transfer:
 # the ranking and constants are the pass key's); plain-text perplexity on 2 blocks of QNLI; a gates ranking across
 # lengths 1 024-8 192 made with the D = 64 constants, its ½ and ¾; generation's cache, prefill, decode and peak RSS
-# (benchmarks/long_context_memory.py); Gemma-3-270M at 16 384, stock and its global layer 17 constant (5 keys each).
-# About 3 hours on 2 cores. --quick: T = 1 024, 2 examples, two random orders, a 2-step ranking at 256 and 512,
+# (benchmarks/long_context_memory.py); Gemma-3-270M's stock baseline at 16 384 (5 keys, one per depth). About 2 hours
+# 40 minutes on 2 cores. --quick: T = 1 024, 2 examples, two random orders, a 2-step ranking at 256 and 512,
 # generation at 512 tokens, Gemma-3 at 1 024: a few minutes.
 set -euo pipefail
 source findings/replay_args.sh "$@"  # quick, out, data; the offline settings
@@ -87,21 +87,9 @@ done
 runs+=("lengths ½=$out/lengths_D64_k135" "lengths ¾=$out/lengths_D64_k204")
 python "$compare" --reference "stock=$out/stock" --runs "${runs[@]}" --pairs "${pairs[@]}" --out "$out/keys_found.md"
 
-# Gemma-3-270M (a 32k context) at 16 384 tokens, one key per depth: stock, and global layer 17 alone constant
-# (Toeplitz constants of 16 pass-key examples at 2 048; layer 17 cost nothing at 2 048 and 8 192: long_context_retrieval)
-if [ "$quick" = 1 ]; then glong=1024; gshort=512; else glong=16384; gshort=2048; fi
-gemma() {  # name, then the run's own flags
-  local name=$1; shift
-  [ -f "$out/gemma3_t$glong/$name/eval_predictions.jsonl" ] || python papa_scripts/run_papa_glue.py \
-      --model_name_or_path gemma3 --task_name passkey --do_eval --max_seq_length "$glong" --max_eval_samples 5 \
-      --per_device_eval_batch_size 1 --report_to none --output_dir "$out/gemma3_t$glong/$name" "$@"
-}
-[ -f "$out/gemma3_avgs/structured_constants.pt" ] || python papa_scripts/run_papa_glue_avgs_creator.py \
-    --model_name_or_path gemma3 --task_name passkey --max_length "$gshort" --max_train_samples 16 \
-    --constants toeplitz --output_dir "$out/gemma3_avgs"
-gemma stock
-gemma global17_k4 --static_heads_dir "$out/gemma3_avgs" --constants toeplitz --static_heads_num 4 \
-    --sorting_heads_dir findings/long_context_retrieval/gemma3_t2048/global_layers_20_keys/global17
-python "$compare" --reference "stock=$out/gemma3_t$glong/stock" --runs "global 17=$out/gemma3_t$glong/global17_k4" \
-    --out "$out/gemma3_t$glong.md"
+# Gemma-3-270M (a 32k context) at 16 384 tokens, stock, one key per depth
+if [ "$quick" = 1 ]; then glong=1024; else glong=16384; fi
+[ -f "$out/gemma3_t$glong/stock/eval_predictions.jsonl" ] || python papa_scripts/run_papa_glue.py \
+    --model_name_or_path gemma3 --task_name passkey --do_eval --max_seq_length "$glong" --max_eval_samples 5 \
+    --per_device_eval_batch_size 1 --report_to none --output_dir "$out/gemma3_t$glong/stock"
 echo "replayed into $out"
