@@ -109,6 +109,10 @@ def known_flags(argv):
     return frozenset(FLAG.findall(proc.stdout)) | {"--help"}
 
 
+# lm-eval 0.4.13's command line is subcommands (run, ls, validate), and `lm-eval --model ...` inserts `run`
+DEFAULT_SUBCOMMAND = {"papa-lm-eval": "run", "papa lm-eval": "run"}
+
+
 def accepted_flags(key, argv):
     """What a program accepts: its --help's flags and the scripts' renamed ones (papa.runs.command_line); a sweep's,
     also its stages' (it passes the flags it does not know on to them)."""
@@ -117,6 +121,8 @@ def accepted_flags(key, argv):
     flags = known_flags(argv)
     if flags is None:
         return None
+    if key in DEFAULT_SUBCOMMAND:  # its --help lists subcommands; a command without one runs this one
+        flags |= known_flags((*argv, DEFAULT_SUBCOMMAND[key]))
     if key in SWEEPS:
         for stage in STAGES:
             flags |= known_flags((sys.executable, str(REPO / stage)))
