@@ -7,7 +7,8 @@
 # Full: the pass-key prompts at 2 048 (20 keys) and 8 192 tokens (10 keys); PAPA's side (the stock model, the first
 # ¼ ½ ¾ of round 6's gates ranking of K/V groups constant, Toeplitz constants cut to a reach of 64 and sink_window
 # constants of 64) and kvpress's (StreamingLLM, SnapKV, TOVA, Knorm, ExpectedAttention, PyramidKV, AdaKV,
-# DuoAttention given PAPA's ranking, a random press, each removing ¼ ½ ¾); the table, each length in OUT/t<T>/
+# DuoAttention given PAPA's ranking, a random press, each removing ¼ ½ ¾); passkey_multi and multikey at 2 048 (20
+# each, ½ only, into OUT/t2048_<task>/: PAPA's side keeps the pass key's ranking); the table, each length in OUT/t<T>/
 # (prompts.jsonl, papa.jsonl, presses.jsonl, results.md: the committed t2048/), each prompt prefilled once for every
 # press (shared_prefill.py); the timing pass at 8 192 (timing.sh: t8192/timing/); check_shared_prefill.py's
 # comparison with real prefills under each press. Its time
@@ -22,25 +23,28 @@ export HF_HUB_DISABLE_PROGRESS_BARS=1 TRANSFORMERS_VERBOSITY=error
 if [ "$quick" = 1 ]; then
   runs=("512 2"); ks="135"; ratios="0.5"; presses=(--presses StreamingLLM SnapKV random "DuoAttention (PAPA's ranking)")
 else
-  runs=("2048 20" "8192 10"); ks="66 135 204"; ratios="0.25 0.5 0.75"; presses=()
+  runs=("2048 20" "8192 10" "2048 20 passkey_multi" "2048 20 multikey"); ks="66 135 204"; ratios="0.25 0.5 0.75"
+  presses=()
 fi
 mkdir -p "$out"
 bash "$here/make_env.sh" "$venv"
 python -m papa duo-export "$sort" --model_name_or_path smollm2 --sink_size 4 --recent_size 64 \
     --output_dir "$out/duo_pattern"
 model="$(python -c 'from papa.models.bundled import local_model_path; print(local_model_path("smollm2"))')"
-for run in "${runs[@]}"; do  # each length into its own folder, OUT/t<T>/ (as the committed t2048/)
-  read -r length keys <<< "$run"
-  o="$out/t$length"
+for run in "${runs[@]}"; do  # the pass key at each length into OUT/t<T>/ (as the committed t2048/), other tasks
+  read -r length keys task <<< "$run"  # at ½ only, into OUT/t<T>_<task>/
+  o="$out/t$length"; k="$ks"; r="$ratios"
+  if [ -n "$task" ]; then o="$out/t${length}_$task"; k=135; r=0.5; fi
   mkdir -p "$o"
-  [ -f "$o/prompts.jsonl" ] || python "$here/prompts.py" --lengths "$length" --keys "$keys" --out "$o/prompts.jsonl"
+  [ -f "$o/prompts.jsonl" ] || python "$here/prompts.py" --task "${task:-passkey}" --lengths "$length" \
+      --keys "$keys" --out "$o/prompts.jsonl"
   # shellcheck disable=SC2086
   [ -f "$o/papa.jsonl" ] || python "$here/papa_side.py" --prompts "$o/prompts.jsonl" \
-      --sorted_heads "$sort/sorted_heads.json" --toeplitz findings/long_context_reach/t2048/toeplitz --ks $ks \
+      --sorted_heads "$sort/sorted_heads.json" --toeplitz findings/long_context_reach/t2048/toeplitz --ks $k \
       --window 64 --out "$o/papa.jsonl"
   # shellcheck disable=SC2086
   [ -f "$o/presses.jsonl" ] || "$venv/bin/python" "$here/press_side.py" --model "$model" \
-      --prompts "$o/prompts.jsonl" --ratios $ratios "${presses[@]}" --duo_pattern "$out/duo_pattern" \
+      --prompts "$o/prompts.jsonl" --ratios $r "${presses[@]}" --duo_pattern "$out/duo_pattern" \
       --shared_prefill --out "$o/presses.jsonl"
   python "$here/table.py" --rows "$o/papa.jsonl" "$o/presses.jsonl" --out "$o/results.md"
 done
