@@ -13,20 +13,20 @@ prompts="$1" out="$2" rounds="$3" venv="$4"
 here=findings/kvpress_side_by_side
 sort=findings/long_context_retrieval/smollm2_t2048/sort_gates
 model="$(python -c 'from papa.models.bundled import local_model_path; print(local_model_path("smollm2"))')"
+papa() {  # round $1's prompt through PAPA's side
+  python "$here/papa_side.py" --prompts "$out/rounds/prompt$1.jsonl" --sorted_heads "$sort/sorted_heads.json" \
+      --toeplitz findings/long_context_reach/t2048/toeplitz --ks 135 --window 64 --kinds toeplitz \
+      --out "$out/rounds/papa$1.jsonl"
+}
+presses() {  # and through kvpress's
+  "$venv/bin/python" "$here/press_side.py" --model "$model" --prompts "$out/rounds/prompt$1.jsonl" --ratios 0.5 \
+      --presses StreamingLLM Knorm TOVA SnapKV --out "$out/rounds/presses$1.jsonl"
+}
 mkdir -p "$out/rounds"
 : > "$out/rounds/papa.jsonl.all"; : > "$out/rounds/presses.jsonl.all"
 for r in $(seq 1 "$rounds"); do
   sed -n "${r}p" "$prompts" > "$out/rounds/prompt$r.jsonl"
-  papa() {
-    python "$here/papa_side.py" --prompts "$out/rounds/prompt$r.jsonl" --sorted_heads "$sort/sorted_heads.json" \
-        --toeplitz findings/long_context_reach/t2048/toeplitz --ks 135 --window 64 --kinds toeplitz \
-        --out "$out/rounds/papa$r.jsonl"
-  }
-  presses() {
-    "$venv/bin/python" "$here/press_side.py" --model "$model" --prompts "$out/rounds/prompt$r.jsonl" --ratios 0.5 \
-        --presses StreamingLLM Knorm TOVA SnapKV --out "$out/rounds/presses$r.jsonl"
-  }
-  if [ $((r % 2)) = 1 ]; then papa; presses; else presses; papa; fi
+  if [ $((r % 2)) = 1 ]; then papa "$r"; presses "$r"; else presses "$r"; papa "$r"; fi
   cat "$out/rounds/papa$r.jsonl" >> "$out/rounds/papa.jsonl.all"
   cat "$out/rounds/presses$r.jsonl" >> "$out/rounds/presses.jsonl.all"
 done
